@@ -1,0 +1,650 @@
+"""A local, loopback-only RL-Insight stack for integration tests.
+
+Pieces (all bound to 127.0.0.1, all stoppable, all waits bounded):
+
+* :class:`OtlpReceiver`: stands in for Tempo; an OTLP/HTTP ``/v1/traces``
+  endpoint that records every span it receives.
+* :class:`DiscoveryServer`: RL-Insight's own discovery API
+  (``rl_insight.server.http_api``) in a subprocess, advertising the receiver.
+* :func:`ray_loopback`: a local Ray cluster pinned to loopback, in which
+  ``rl_insight.init`` creates its monitor hub actor.
+* :func:`fetch_metrics`: reads the hub's Prometheus text.
+
+Importing this module needs only the standard library; ``opentelemetry-proto``,
+``ray`` and ``rl_insight`` are imported when a helper that needs them is used.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gzip
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import weakref
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar, Union
+
+LOOPBACK = "127.0.0.1"
+"""The only address anything in this stack binds or talks to."""
+
+RAY_LOOPBACK_ENV: dict[str, str] = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    # Ray reports usage statistics to an outside host unless told not to.
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+"""Environment every process that starts (or runs inside) Ray gets."""
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+# urllib honours *_proxy variables; loopback requests must never go through one.
+_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def free_port() -> int:
+    """Return a TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(
+    condition: Callable[[], _T],
+    timeout_s: float,
+    *,
+    interval_s: float = 0.05,
+    message: str | Callable[[], str] = "condition not met",
+) -> _T:
+    """Poll ``condition`` until it returns a truthy value, and return that value.
+
+    Exceptions raised by ``condition`` count as "not yet" and the last one is
+    reported. Raises ``AssertionError`` after ``timeout_s`` seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    last_error: BaseException | None = None
+    while True:
+        try:
+            result = condition()
+            if result:
+                return result
+        except Exception as exc:  # noqa: BLE001 - polled again until the deadline
+            last_error = exc
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            suffix = f" (last error: {last_error!r})" if last_error else ""
+            raise AssertionError(f"timed out after {timeout_s:g}s: {text}{suffix}")
+        time.sleep(interval_s)
+
+
+def http_get(url: str, timeout_s: float = 2.0) -> bytes:
+    """GET a loopback URL without any proxy; raise on non-2xx or network errors."""
+    if not url.startswith(f"http://{LOOPBACK}:"):
+        raise ValueError(f"refusing to contact a non-loopback URL: {url}")
+    with _NO_PROXY_OPENER.open(url, timeout=timeout_s) as response:
+        return bytes(response.read())
+
+
+def fetch_metrics(port: int, timeout_s: float = 2.0) -> str:
+    """Return the Prometheus text served at ``http://127.0.0.1:<port>/metrics``."""
+    return http_get(f"http://{LOOPBACK}:{port}/metrics", timeout_s).decode("utf-8")
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses with a TCP socket listening on ``port`` (Linux ``/proc``).
+
+    Lets a test check that a server binds loopback only without sending
+    anything to another address. Returns e.g. ``{"127.0.0.1"}`` or ``{"0.0.0.0"}``.
+    """
+    found: set[str] = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            address_hex, port_hex = local.split(":")
+            if state != "0A" or int(port_hex, 16) != port or len(address_hex) != width:
+                continue  # 0A = LISTEN
+            raw = bytes.fromhex(address_hex)
+            if width == 8:
+                found.add(socket.inet_ntop(socket.AF_INET, raw[::-1]))
+            else:  # /proc prints IPv6 as four little-endian 32-bit words
+                words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+                found.add(socket.inet_ntop(socket.AF_INET6, words))
+    return found
+
+
+# --------------------------------------------------------------------------- OTLP
+
+
+@dataclass(frozen=True)
+class ReceivedSpan:
+    """One span as decoded from an OTLP ``ExportTraceServiceRequest``.
+
+    Ids are lowercase hex; ``parent_span_id`` is ``None`` for a root span.
+    ``attributes`` and ``resource`` hold plain Python values (str, int, float,
+    bool, bytes, lists of them, dicts for key-value lists).
+    """
+
+    name: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    start_time_ns: int
+    end_time_ns: int
+    attributes: dict[str, Any]
+    status_code: int
+    status_message: str
+    resource: dict[str, Any] = field(default_factory=dict)
+
+
+def _any_value(value: Any) -> Any:
+    """Convert an OTLP ``AnyValue`` message to a Python value."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_any_value(item) for item in value.array_value.values]
+    if kind == "kvlist_value":
+        return _key_values(value.kvlist_value.values)
+    return getattr(value, kind)
+
+
+def _key_values(items: Any) -> dict[str, Any]:
+    """Convert repeated OTLP ``KeyValue`` messages to a dict."""
+    return {item.key: _any_value(item.value) for item in items}
+
+
+def decode_export_request(body: bytes, content_encoding: str = "") -> list[ReceivedSpan]:
+    """Decode an OTLP/HTTP protobuf trace export body (optionally gzip/deflate)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    encoding = content_encoding.strip().lower()
+    if encoding == "gzip":
+        body = gzip.decompress(body)
+    elif encoding == "deflate":
+        body = zlib.decompress(body)
+    elif encoding not in ("", "identity"):
+        raise ValueError(f"unsupported Content-Encoding {content_encoding!r}")
+    request = ExportTraceServiceRequest.FromString(body)
+    spans: list[ReceivedSpan] = []
+    for resource_spans in request.resource_spans:
+        resource = _key_values(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                spans.append(
+                    ReceivedSpan(
+                        name=span.name,
+                        trace_id=span.trace_id.hex(),
+                        span_id=span.span_id.hex(),
+                        parent_span_id=span.parent_span_id.hex() or None,
+                        start_time_ns=int(span.start_time_unix_nano),
+                        end_time_ns=int(span.end_time_unix_nano),
+                        attributes=_key_values(span.attributes),
+                        status_code=int(span.status.code),
+                        status_message=span.status.message,
+                        resource=resource,
+                    )
+                )
+    return spans
+
+
+class _OtlpHandler(BaseHTTPRequestHandler):
+    """Accepts ``POST /v1/traces``; stores the raw body, decoding happens later."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as the OTLP exporter expects
+    server: "_OtlpHttpServer"
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server naming
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        receiver = self.server.receiver
+        if self.path.split("?")[0] != "/v1/traces":
+            self._reply(404, b"")
+            return
+        status = receiver.reply_status
+        if status == 200:
+            receiver._accept(body, self.headers.get("Content-Encoding", ""))
+        self._reply(status, _EMPTY_RESPONSE if status == 200 else b"")
+
+    def _reply(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        _log.debug("otlp receiver: " + format, *args)
+
+
+_EMPTY_RESPONSE = b""  # an empty ExportTraceServiceResponse serialises to b""
+
+
+class _OtlpHttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], receiver: "OtlpReceiver") -> None:
+        super().__init__(address, _OtlpHandler)
+        self.receiver = receiver
+
+
+SpanPredicate = Callable[[list[ReceivedSpan]], Any]
+
+
+class OtlpReceiver:
+    """A threaded OTLP/HTTP trace receiver on 127.0.0.1 (a stand-in for Tempo).
+
+    The request handler only stores the raw body and answers 200 with an empty
+    ``ExportTraceServiceResponse``; bodies are decoded when :attr:`spans` is
+    read, so the server keeps up with tens of thousands of spans per second.
+    Set :attr:`reply_status` (e.g. to 503) to simulate a failing backend: such
+    requests are answered with that status and not recorded.
+
+    Use as a context manager, or call :meth:`stop`.
+    """
+
+    def __init__(self, port: int = 0) -> None:
+        """Bind 127.0.0.1:``port`` (0 = any free port) and start serving."""
+        self.reply_status = 200
+        self._lock = threading.Lock()  # guards _pending and _requests
+        self._decoded_lock = threading.RLock()  # guards _spans and _errors
+        self._pending: list[tuple[bytes, str]] = []
+        self._spans: list[ReceivedSpan] = []
+        self._requests = 0
+        self._errors: list[str] = []
+        self._server = _OtlpHttpServer((LOOPBACK, port), self)
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name=f"otlp-receiver-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        """The OTLP/HTTP traces URL of this receiver."""
+        return f"http://{LOOPBACK}:{self.port}/v1/traces"
+
+    def _accept(self, body: bytes, encoding: str) -> None:
+        with self._lock:
+            self._pending.append((body, encoding))
+            self._requests += 1
+
+    def _drain(self) -> None:
+        """Decode bodies received since the last call, outside the handler's lock."""
+        with self._decoded_lock:
+            with self._lock:
+                pending, self._pending = self._pending, []
+            for body, encoding in pending:
+                try:
+                    self._spans.extend(decode_export_request(body, encoding))
+                except Exception as exc:  # noqa: BLE001 - reported by wait_for
+                    self._errors.append(f"{type(exc).__name__}: {exc}")
+
+    @property
+    def spans(self) -> list[ReceivedSpan]:
+        """A snapshot of every span received so far, in arrival order."""
+        with self._decoded_lock:
+            self._drain()
+            return list(self._spans)
+
+    @property
+    def request_count(self) -> int:
+        """How many export requests were accepted (answered 200)."""
+        with self._lock:
+            return self._requests
+
+    @property
+    def decode_errors(self) -> list[str]:
+        """Bodies that could not be decoded, as ``"Type: message"`` strings."""
+        with self._decoded_lock:
+            self._drain()
+            return list(self._errors)
+
+    def clear(self) -> None:
+        """Forget every span (and decode error) received so far."""
+        with self._decoded_lock, self._lock:
+            self._pending.clear()
+            self._spans.clear()
+            self._errors.clear()
+
+    def wait_for(
+        self,
+        expected: Union[int, SpanPredicate],
+        timeout_s: float = 15.0,
+        *,
+        where: Callable[[ReceivedSpan], bool] | None = None,
+    ) -> list[ReceivedSpan]:
+        """Wait until enough spans arrived, and return them.
+
+        Args:
+            expected: a span count (wait for at least that many) or a predicate
+                called with the span list, truthy when done.
+            timeout_s: bound on the wait; then ``AssertionError`` is raised with
+                what did arrive.
+            where: optional filter applied first; only matching spans are
+                counted, passed to the predicate and returned.
+        """
+        done: SpanPredicate
+        if isinstance(expected, int):
+            count = expected
+            done = lambda spans: len(spans) >= count  # noqa: E731
+            wanted = f"{count} spans"
+        else:
+            done = expected
+            wanted = getattr(expected, "__name__", "predicate")
+
+        def selected() -> list[ReceivedSpan]:
+            spans = self.spans
+            return [s for s in spans if where(s)] if where is not None else spans
+
+        def check() -> list[ReceivedSpan] | None:
+            spans = selected()
+            return spans if done(spans) else None
+
+        def describe() -> str:
+            spans, everything = selected(), self.spans
+            names = Counter(s.name for s in everything).most_common(8)
+            return (
+                f"waiting for {wanted}; {len(spans)} matching of {len(everything)} "
+                f"received in {self.request_count} requests; top names {names}; "
+                f"decode errors {self.decode_errors[:3]}"
+            )
+
+        result = wait_until(check, timeout_s, interval_s=0.05, message=describe)
+        return result
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (idempotent)."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+
+    def __enter__(self) -> "OtlpReceiver":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# ---------------------------------------------------------------- discovery server
+
+# Runs RL-Insight's own ``http_api.main`` with its address detection replaced:
+# released versions bind 0.0.0.0 (or ::), found by a UDP "connect" to 8.8.8.8,
+# and have no host setting. The app, config loading and port come from RL-Insight.
+_DISCOVERY_LAUNCHER = """
+import sys
+from rl_insight.server import http_api
+from rl_insight.utils import prometheus_utils
+
+def _loopback_only():
+    return {"ipv4": "127.0.0.1", "ipv6": "", "host": "127.0.0.1",
+            "bind": "127.0.0.1", "loopback": "127.0.0.1", "family": "ipv4"}
+
+http_api.local_addresses = _loopback_only
+prometheus_utils.local_addresses = _loopback_only
+sys.exit(http_api.main(sys.argv[1:]))
+"""
+
+_LIVE_SERVERS: "weakref.WeakSet[DiscoveryServer]" = weakref.WeakSet()
+
+
+class DiscoveryServer:
+    """RL-Insight's discovery server (``GET /api/v1/services``) as a subprocess.
+
+    It advertises ``otlp_port`` (``None``: tracing disabled, the response says
+    ``"otlp_port": null``) and no Prometheus or Grafana. State it writes
+    (Prometheus target registrations) goes to a private temporary directory,
+    not ``~/.rl-insight``. :meth:`stop` may be called mid-test and
+    :meth:`start` again later, on the same port.
+    """
+
+    def __init__(
+        self,
+        otlp_port: int | None,
+        *,
+        port: int | None = None,
+        python: str = sys.executable,
+        startup_timeout_s: float = 30.0,
+    ) -> None:
+        """Prepare (not start) a server on 127.0.0.1:``port`` (default: a free port)."""
+        self.otlp_port = otlp_port
+        self.port = port if port is not None else free_port()
+        self.python = python
+        self.startup_timeout_s = startup_timeout_s
+        self._workdir = tempfile.TemporaryDirectory(prefix="rl-insight-discovery-")
+        self.config_path = Path(self._workdir.name) / "server.yaml"
+        self.log_path = Path(self._workdir.name) / "server.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """Value for ``RL_INSIGHT_SERVER_URL``."""
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """Whether the subprocess is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def config(self) -> dict[str, Any]:
+        """The server config written for RL-Insight (merged over its defaults)."""
+        state = Path(self._workdir.name)
+        return {
+            "server": {
+                "port": self.port,
+                "data_dir": str(state / "data"),
+                "runtime_dir": str(state / "runtime"),
+            },
+            "otel": {"otel_port": self.otlp_port or 0},
+            "tempo": {"enable": self.otlp_port is not None},
+            # Disabled, but target registration still POSTs a reload to this
+            # port: point it at a port nothing listens on, on loopback.
+            "prometheus": {"enable": False, "prometheus_port": free_port()},
+            "grafana": {"enable": False},
+        }
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the server's combined stdout/stderr."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def services(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        """``GET /api/v1/services`` as a dict."""
+        return dict(json.loads(http_get(f"{self.url}/api/v1/services", timeout_s)))
+
+    def start(self) -> "DiscoveryServer":
+        """Start the subprocess and wait (bounded) until the API answers."""
+        if self.running:
+            return self
+        # JSON is YAML, so no YAML writer is needed here.
+        self.config_path.write_text(json.dumps(self.config(), indent=2))
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(  # noqa: S603 - fixed argv
+                [self.python, "-c", _DISCOVERY_LAUNCHER, "--config", str(self.config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "NO_PROXY": LOOPBACK, "no_proxy": LOOPBACK},
+            )
+        _LIVE_SERVERS.add(self)
+
+        def answered() -> bool:
+            if not self.running:
+                raise _Exited()
+            return self.services(timeout_s=1.0).get("status") == "ok"
+
+        try:
+            wait_until(
+                answered,
+                self.startup_timeout_s,
+                interval_s=0.1,
+                message=lambda: f"discovery server on {self.url} did not answer",
+            )
+        except (_Exited, AssertionError) as exc:
+            tail = self.log_tail()
+            self.stop()
+            raise RuntimeError(
+                f"RL-Insight discovery server failed to start ({exc!r}); log tail:\n{tail}"
+            ) from None
+        _log.info("discovery server %s up (otlp_port=%s)", self.url, self.otlp_port)
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Terminate, then kill after ``timeout_s``; idempotent."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=timeout_s)
+        _LIVE_SERVERS.discard(self)
+
+    def close(self) -> None:
+        """Stop and delete the working directory."""
+        self.stop()
+        self._workdir.cleanup()
+
+    def __enter__(self) -> "DiscoveryServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Exited(Exception):
+    """The discovery subprocess exited during startup."""
+
+
+@atexit.register
+def _stop_leftover_servers() -> None:
+    for server in list(_LIVE_SERVERS):
+        server.stop(timeout_s=2.0)
+
+
+# ------------------------------------------------------------------------- Ray
+
+
+@dataclass(frozen=True)
+class RayLoopback:
+    """What a test needs to know about the Ray cluster started by :func:`ray_loopback`."""
+
+    metrics_port: int
+    """Free port for the RL-Insight hub's Prometheus endpoint."""
+    gcs_address: str
+    """``host:port`` of the cluster, for ``ray.init(address=...)`` in a subprocess."""
+    env: Mapping[str, str]
+    """Environment given to the driver and, as ``runtime_env`` env_vars, to workers."""
+
+    def init_config(self) -> dict[str, Any]:
+        """The ``config=`` argument for ``rl_insight.init``."""
+        return {"prometheus": {"metrics_report_port": self.metrics_port}}
+
+
+@contextlib.contextmanager
+def ray_loopback(
+    extra_env: Mapping[str, str] | None = None, *, num_cpus: int = 2
+) -> Iterator[RayLoopback]:
+    """Start a local Ray cluster on 127.0.0.1 and shut it down on exit.
+
+    Sets :data:`RAY_LOOPBACK_ENV` (plus ``extra_env``) in ``os.environ`` for the
+    duration and passes the same variables to every worker through the job's
+    ``runtime_env``. Raises ``RuntimeError`` if Ray is already initialized.
+    """
+    env = {**RAY_LOOPBACK_ENV, "NO_PROXY": LOOPBACK, "no_proxy": LOOPBACK, **(extra_env or {})}
+    saved = {key: os.environ.get(key) for key in env}
+    # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER once, when it is first imported.
+    os.environ.update(env)
+    import ray
+    from ray._private import ray_constants
+
+    if ray_constants.ENABLE_RAY_CLUSTER:
+        _restore_env(saved)
+        raise RuntimeError(
+            "ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set, so it "
+            "would bind a non-loopback address; set it before anything imports ray"
+        )
+    if ray.is_initialized():
+        _restore_env(saved)
+        raise RuntimeError("Ray is already initialized in this process")
+    try:
+        started = time.monotonic()
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            _node_ip_address=LOOPBACK,
+            runtime_env={"env_vars": dict(env)},
+        )
+        wait_until(ray.is_initialized, 30.0, message="ray.is_initialized() stayed false")
+        _log.info("ray up in %.1fs", time.monotonic() - started)
+        yield RayLoopback(
+            metrics_port=free_port(),
+            gcs_address=str(ray.get_runtime_context().gcs_address),
+            env=env,
+        )
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        _restore_env(saved)
+
+
+def _restore_env(saved: Mapping[str, str | None]) -> None:
+    """Put back environment variables saved as ``{name: value or None}``."""
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def run_python(
+    code: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 120.0,
+    args: Sequence[str] = (),
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` with this interpreter in a fresh process (bounded).
+
+    For cases that need a fresh process, e.g. a second ``rl_insight.init`` or a
+    new hub (one per Ray job) that discovers a stopped server. ``env`` is added
+    to a copy of ``os.environ``. Output is captured; the caller checks
+    ``returncode``.
+    """
+    return subprocess.run(  # noqa: S603 - fixed argv
+        [sys.executable, "-c", code, *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )

@@ -1,0 +1,50 @@
+"""verl-otel-bridge: OpenTelemetry spans for RL agent loops, exported to RL-Insight or locally.
+
+Quick start::
+
+    import verl_otel_bridge as vob
+
+    vob.configure(project="demo", experiment_name="exp1")
+    with vob.session(sample=0, session=0, global_steps=3) as s:
+        with vob.span("generate", prompt_tokens=12):
+            ...
+    print(vob.status())
+"""
+
+__version__ = "0.1.0"
+
+from verl_otel_bridge.bridge import Bridge  # noqa: E402
+from verl_otel_bridge.config import BridgeConfig  # noqa: E402
+from verl_otel_bridge.current import (  # noqa: E402
+    configure,
+    force_flush,
+    get_bridge,
+    record_span,
+    session,
+    set_bridge,
+    shutdown,
+    span,
+    status,
+    traced,
+)
+from verl_otel_bridge.identity import SessionIdentity, current_identity  # noqa: E402
+from verl_otel_bridge.session import Session  # noqa: E402
+
+__all__ = [
+    "Bridge",
+    "BridgeConfig",
+    "Session",
+    "SessionIdentity",
+    "__version__",
+    "configure",
+    "current_identity",
+    "force_flush",
+    "get_bridge",
+    "record_span",
+    "session",
+    "set_bridge",
+    "shutdown",
+    "span",
+    "status",
+    "traced",
+]

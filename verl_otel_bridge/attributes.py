@@ -1,0 +1,152 @@
+"""Making arbitrary values safe as OpenTelemetry attributes, without losing them.
+
+OpenTelemetry drops any attribute value that is not a str, bool, int, float,
+bytes or a homogeneous sequence of those, with only a log line. Agent-loop code
+passes dicts, numpy scalars and tool results; the bridge converts them instead:
+
+==========================  =================================================
+value                       becomes
+==========================  =================================================
+str, bool, int, float       itself (strings longer than the limit truncated)
+None                        the key is left out
+bytes                       UTF-8 text (invalid bytes replaced)
+numpy scalar / ``.item()``  the Python scalar it holds
+mapping                     a JSON string
+homogeneous list/tuple      a tuple of the converted items
+mixed list/tuple, set       a JSON string
+anything else               ``str(value)`` (``repr`` if that raises)
+==========================  =================================================
+
+Nothing here raises.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Union
+
+logger = logging.getLogger("verl_otel_bridge.attributes")
+
+Primitive = Union[str, bool, int, float]
+AttributeValue = Union[Primitive, Sequence[str], Sequence[bool], Sequence[int], Sequence[float]]
+
+#: Appended to a truncated string; the number is how many characters were cut.
+TRUNCATION_MARKER = "...[truncated {} chars]"
+
+_PRIMITIVES = (str, bool, int, float)
+_FAST_TYPES = frozenset({bool, int, float})
+
+#: Called as ``on_convert(kind, key)`` whenever a value had to be changed.
+ConvertHook = Callable[[str, str], None]
+
+
+def to_attribute_value(
+    value: Any, max_length: int | None = None, *, key: str = "", on_convert: ConvertHook | None = None
+) -> AttributeValue | None:
+    """Convert one value to an OpenTelemetry attribute value (None: leave out)."""
+    cls = value.__class__
+    if cls in _FAST_TYPES:
+        return value  # type: ignore[no-any-return]
+    if cls is str:
+        return _truncate(value, max_length, key, on_convert)
+    if value is None:
+        return None
+    try:
+        return _convert(value, max_length, key, on_convert)
+    except Exception:  # noqa: BLE001 - a value we cannot read must not break the caller
+        _note(on_convert, "unreadable", key)
+        return f"<unreadable {cls.__name__}>"
+
+
+def clean_attributes(
+    attributes: Mapping[Any, Any] | None,
+    max_length: int | None = None,
+    on_convert: ConvertHook | None = None,
+) -> dict[str, AttributeValue]:
+    """Convert a whole mapping; keys become strings, None values are left out."""
+    if not attributes:
+        return {}
+    out: dict[str, AttributeValue] = {}
+    for key, value in attributes.items():
+        if key.__class__ is not str:
+            key = to_text(key)
+            _note(on_convert, "non-string key", key)
+        cls = value.__class__
+        if cls in _FAST_TYPES or (cls is str and (max_length is None or len(value) <= max_length)):
+            out[key] = value
+            continue
+        converted = to_attribute_value(value, max_length, key=key, on_convert=on_convert)
+        if converted is not None:
+            out[key] = converted
+    return out
+
+
+def _convert(value: Any, max_length: int | None, key: str, on_convert: ConvertHook | None) -> AttributeValue:
+    if isinstance(value, _PRIMITIVES):  # subclasses such as numpy.float64 or IntEnum
+        if isinstance(value, str):
+            return _truncate(str(value), max_length, key, on_convert)
+        return bool(value) if isinstance(value, bool) else int(value) if isinstance(value, int) else float(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        _note(on_convert, "bytes", key)
+        return _truncate(bytes(value).decode("utf-8", "replace"), max_length, key, on_convert)
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", 0) == 0 and not isinstance(value, (Mapping, list, tuple)):
+        scalar = item()
+        if isinstance(scalar, _PRIMITIVES):
+            return _convert(scalar, max_length, key, on_convert)
+    if isinstance(value, Mapping):
+        _note(on_convert, "mapping", key)
+        return _truncate(_to_json(value), max_length, key, on_convert)
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):  # numpy arrays
+        value = tolist()
+    if isinstance(value, (list, tuple)):
+        return _sequence(value, max_length, key, on_convert)
+    if isinstance(value, (set, frozenset)):
+        _note(on_convert, "set", key)
+        return _truncate(_to_json(sorted(value, key=repr)), max_length, key, on_convert)
+    _note(on_convert, "object", key)
+    return _truncate(to_text(value), max_length, key, on_convert)
+
+
+def _sequence(
+    value: list[Any] | tuple[Any, ...], max_length: int | None, key: str, on_convert: ConvertHook | None
+) -> AttributeValue:
+    items = [to_attribute_value(v, max_length, key=key, on_convert=on_convert) for v in value]
+    kinds = {type(v) for v in items}
+    if len(kinds) <= 1 and not kinds & {tuple, type(None)}:
+        return tuple(items)  # type: ignore[return-value]
+    if kinds <= {int, float}:
+        return tuple(float(v) for v in items)  # type: ignore[arg-type]
+    _note(on_convert, "mixed sequence", key)
+    return _truncate(_to_json(list(value)), max_length, key, on_convert)
+
+
+def _truncate(text: str, max_length: int | None, key: str, on_convert: ConvertHook | None) -> str:
+    if max_length is None or len(text) <= max_length:
+        return text
+    _note(on_convert, "truncated", key)
+    cut = len(text) - max_length
+    return text[:max_length] + TRUNCATION_MARKER.format(cut)
+
+
+def _to_json(value: Any) -> str:
+    return json.dumps(value, default=to_text, ensure_ascii=False)
+
+
+def to_text(value: Any) -> str:
+    """``str(value)``, or its ``repr`` when ``__str__`` raises; never raises."""
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001
+        try:
+            return repr(value)
+        except Exception:  # noqa: BLE001
+            return f"<unprintable {type(value).__name__}>"
+
+
+def _note(on_convert: ConvertHook | None, kind: str, key: str) -> None:
+    if on_convert is not None:
+        on_convert(kind, key)

@@ -1,0 +1,349 @@
+"""The bridge: a tracer whose spans carry the session identity and go where the config says."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import functools
+import inspect
+import logging
+import math
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import INVALID_SPAN, NoOpTracer, Span, Status, StatusCode, Tracer
+
+from verl_otel_bridge import __version__
+from verl_otel_bridge.accounting import SpanCounts, balance
+from verl_otel_bridge.attributes import AttributeValue, clean_attributes, to_text
+from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
+from verl_otel_bridge.identity import SessionIdentity, using_identity
+from verl_otel_bridge.logs import OnceLogger
+from verl_otel_bridge.pipeline import Pipeline, build_pipeline
+from verl_otel_bridge.processors import ExportSpanProcessor, IdentitySpanProcessor
+from verl_otel_bridge.session import SESSION_SPAN_NAME, TRACE_SOURCE_ATTRIBUTE, Session
+
+logger = logging.getLogger("verl_otel_bridge")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: ``record_span`` times below this (about 11 days after the epoch, in ns) are
+#: almost certainly seconds or milliseconds passed by mistake.
+_MIN_PLAUSIBLE_TIME_NS = 10**15
+
+
+class _NoopSpanContext:
+    """What ``span()`` returns when the bridge is disabled: nothing to allocate."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        return INVALID_SPAN
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NOOP_SPAN = _NoopSpanContext()
+
+
+class Bridge:
+    """Owns a ``TracerProvider``, its identity stamping, export queue and exporters.
+
+    Usually made by :func:`verl_otel_bridge.configure`; a bridge made directly
+    is shut down at interpreter exit unless :meth:`shutdown` ran first.
+
+    Raises:
+        ValueError: the config cannot be used (e.g. an unwritable ``jsonl_path``).
+    """
+
+    def __init__(self, config: BridgeConfig | None = None) -> None:
+        self.config = config if config is not None else BridgeConfig.resolve()
+        self.counts = SpanCounts()
+        self._once = OnceLogger(logger)
+        self._max_attribute_length = self.config.max_attribute_length
+        self._pipeline: Pipeline | None = None
+        self._processor: ExportSpanProcessor | None = None
+        self._provider: TracerProvider | None = None
+        self._closed = False
+        if self.config.enabled:
+            self._pipeline = build_pipeline(self.config, self.counts)
+            self._processor = ExportSpanProcessor(self._pipeline.exporter, self.counts, self._pipeline.queue)
+            self._provider = TracerProvider(
+                resource=Resource.create({"service.name": self.config.service_name}), shutdown_on_exit=False
+            )
+            self._provider.add_span_processor(IdentitySpanProcessor())
+            self._provider.add_span_processor(self._processor)
+            self.tracer: Tracer = self._provider.get_tracer("verl_otel_bridge", __version__)
+        else:
+            self.tracer = NoOpTracer()
+        atexit.register(self._at_exit)
+
+    # -- spans ---------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        """False when the config (or ``OTEL_SDK_DISABLED``) turned tracing off."""
+        return self._provider is not None
+
+    @contextmanager
+    def session(
+        self,
+        *,
+        sample: Any,
+        session: Any,
+        traj: Any = 0,
+        uid: Any = None,
+        global_steps: Any = None,
+        session_id: Any = None,
+        project: Any = None,
+        experiment_name: Any = None,
+    ) -> Iterator[Session]:
+        """Run the block as one agent-loop session (an ``agent_session`` span).
+
+        Every span started inside, at any depth and in asyncio tasks created
+        inside, carries the session's identity. ``project`` and
+        ``experiment_name`` default to the config's. If the block raises, the
+        session span gets status ERROR, an exception event and
+        ``status="error"`` (``"cancelled"`` for a cancelled task), and the
+        exception propagates unchanged. Without an explicit ``finish``, a
+        normal exit finishes with ``status="success"``.
+        """
+        identity = SessionIdentity.create(
+            sample=sample,
+            session=session,
+            traj=traj,
+            uid=uid,
+            global_steps=global_steps,
+            session_id=session_id,
+            project=self.config.project if project is None else project,
+            experiment_name=self.config.experiment_name if experiment_name is None else experiment_name,
+        )
+        with using_identity(identity), self.tracer.start_as_current_span(
+            SESSION_SPAN_NAME,
+            attributes={TRACE_SOURCE_ATTRIBUTE: "session"},
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            current = Session(identity, span)
+            try:
+                yield current
+            except BaseException as exc:
+                cancelled = isinstance(exc, asyncio.CancelledError)
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {to_text(exc)}"))
+                if not current.finished:
+                    current.finish(status="cancelled" if cancelled else "error")
+                raise
+            if not current.finished:
+                current.finish(status="success")
+
+    def span(self, name: str, **attributes: Any) -> Any:
+        """A context manager around one span named ``name``, yielding the OpenTelemetry span.
+
+        Attribute values are converted to what OpenTelemetry accepts (see
+        :mod:`verl_otel_bridge.attributes`) instead of being dropped. An
+        exception in the block is recorded on the span and propagates.
+        """
+        if self._provider is None:
+            return _NOOP_SPAN
+        if name.__class__ is not str or not name:
+            name = self._span_name(name)
+        return self.tracer.start_as_current_span(
+            name, attributes=self._clean(attributes) if attributes else None
+        )
+
+    def traced(self, name: str | Callable[..., Any] | None = None, **attributes: Any) -> Any:
+        """Decorator: run each call of a sync or async function inside ``span(name)``.
+
+        ``name`` defaults to the function's qualified name; ``@bridge.traced``
+        also works without parentheses.
+        """
+        return traced_by(lambda: self, name, attributes)
+
+    def record_span(
+        self,
+        name: str,
+        *,
+        start_time_ns: int,
+        end_time_ns: int,
+        attributes: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record work timed elsewhere as a span with exactly these start and end times.
+
+        The span is a child of the current span and carries the current
+        identity. Times are integer nanoseconds since the epoch
+        (``time.time_ns()``). Impossible times (negative, end before start,
+        values that look like seconds) are not recorded: they are counted as
+        ``invalid`` and logged once per kind.
+        """
+        if self._provider is None:
+            return
+        problem = _timing_problem(start_time_ns, end_time_ns)
+        if problem is not None:
+            self.counts.add("invalid")
+            self._once.log(
+                f"record_span:{problem}",
+                logging.WARNING,
+                "record_span(%r) not recorded: %s (start_time_ns=%r, end_time_ns=%r); pass time.time_ns() values",
+                name,
+                problem,
+                start_time_ns,
+                end_time_ns,
+            )
+            return
+        if name.__class__ is not str or not name:
+            name = self._span_name(name)
+        span = self.tracer.start_span(
+            name, start_time=int(start_time_ns), attributes=self._clean(attributes) if attributes else None
+        )
+        span.end(end_time=int(end_time_ns))
+
+    # -- lifecycle and status ------------------------------------------------
+
+    @property
+    def memory_exporter(self) -> BoundedMemorySpanExporter | None:
+        """The in-memory exporter in use (primary or fallback), else None."""
+        return self._pipeline.memory if self._pipeline is not None else None
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Export every span ended so far; False if that took longer than ``timeout_s``."""
+        if self._provider is None:
+            return True
+        return self._provider.force_flush(int(timeout_s * 1000))
+
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Flush (at most ``timeout_s``, default the config's ``shutdown_timeout_s``) and stop.
+
+        Logs one summary line: INFO, or WARNING if spans were dropped, failed,
+        or went to the fallback because RL-Insight was unusable. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self._at_exit)
+        if self._provider is None or self._processor is None:
+            return
+        self._processor.shutdown(self.config.shutdown_timeout_s if timeout_s is None else timeout_s)
+        self._provider.shutdown()
+        self._log_summary()
+
+    def status(self) -> dict[str, Any]:
+        """Where spans go and why, the detected RL-Insight version, and the counters.
+
+        Keys: ``enabled``, ``exporter`` (e.g. ``"rl_insight"`` or
+        ``"memory (fallback)"``), ``reason`` (a stable code), ``detail``
+        (a sentence), ``rl_insight_version``, ``counters`` (see
+        :mod:`verl_otel_bridge.accounting`), ``queued``.
+        """
+        if self._pipeline is None:
+            route: dict[str, Any] = {
+                "exporter": "none",
+                "reason": "disabled",
+                "detail": "tracing is disabled (enabled=false or OTEL_SDK_DISABLED=true)",
+                "rl_insight_version": None,
+            }
+        elif self._pipeline.rl_insight is not None:
+            route = self._pipeline.rl_insight.status()
+        else:
+            route = dict(self._pipeline.route)
+        queue = self._processor.queue if self._processor is not None else None
+        return {
+            "enabled": self.enabled,
+            **route,
+            "counters": self.counts.snapshot(),
+            "queued": len(queue) if queue is not None else 0,
+        }
+
+    # -- internals -----------------------------------------------------------
+
+    def _clean(self, attributes: Mapping[Any, Any]) -> dict[str, AttributeValue]:
+        return clean_attributes(attributes, self._max_attribute_length, self._note_conversion)
+
+    def _note_conversion(self, kind: str, key: str) -> None:
+        self.counts.add("converted")
+        self._once.log(
+            f"convert:{kind}:{key}",
+            logging.INFO if kind in ("mapping", "bytes") else logging.WARNING,
+            "attribute %r: %s value converted so it is not dropped (see verl_otel_bridge.attributes)",
+            key,
+            kind,
+        )
+
+    def _span_name(self, name: Any) -> str:
+        text = to_text(name) if name is not None else ""
+        if not text:
+            self._once.log("empty-name", logging.WARNING, "span with an empty or None name recorded as 'unnamed'")
+            return "unnamed"
+        return text
+
+    def _at_exit(self) -> None:
+        try:
+            self.shutdown()
+        except Exception:  # noqa: BLE001 - interpreter exit must go on
+            logger.exception("shutting down the bridge at exit failed")
+
+    def _log_summary(self) -> None:
+        status = self.status()
+        counters = status["counters"]
+        rl_insight = self._pipeline.rl_insight if self._pipeline is not None else None
+        preferred_unusable = rl_insight is not None and rl_insight.explicit and status["reason"] != "ok"
+        worrying = counters["dropped"] or counters["failed"] or (counters["fallback"] and preferred_unusable)
+        logger.log(
+            logging.WARNING if worrying else logging.INFO,
+            "verl_otel_bridge shut down: spans went to %s (%s); started=%d ended=%d exported=%s fallback=%d "
+            "dropped=%d failed=%d invalid=%d unaccounted=%d",
+            status["exporter"],
+            status["detail"],
+            counters["started"],
+            counters["ended"],
+            counters["exported"],
+            counters["fallback"],
+            counters["dropped"],
+            counters["failed"],
+            counters["invalid"],
+            balance(counters),
+        )
+
+
+def traced_by(get_bridge: Callable[[], Bridge], name: Any, attributes: Mapping[str, Any]) -> Any:
+    """Build a ``traced`` decorator whose bridge is looked up at each call."""
+
+    def decorate(func: F) -> F:
+        span_name = name if isinstance(name, str) else func.__qualname__
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with get_bridge().span(span_name, **attributes):
+                    return await func(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with get_bridge().span(span_name, **attributes):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    if callable(name):
+        return decorate(name)  # used as @traced without parentheses
+    return decorate
+
+
+def _timing_problem(start: Any, end: Any) -> str | None:
+    for value in (start, end):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return "times must be integer nanoseconds"
+    if start < 0 or end < 0:
+        return "negative time"
+    if start < _MIN_PLAUSIBLE_TIME_NS:
+        return "times look like seconds or milliseconds, not nanoseconds"
+    if end < start:
+        return "end before start"
+    return None

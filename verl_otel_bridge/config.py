@@ -1,0 +1,290 @@
+"""Bridge configuration: one frozen object, resolved once, validated early.
+
+Precedence, highest first: keyword overrides, the mapping passed to
+``configure()``, environment variables, defaults. Every key can be set from the
+environment as ``VERL_OTEL_BRIDGE_<KEY>``; a few keys also read the variables
+their ecosystem already uses (verl's ``VERL_RL_INSIGHT_ENABLE``, RL-Insight's
+``RL_INSIGHT_SERVER_URL``, OpenTelemetry's ``OTEL_*``). The prefixed variable
+wins over those aliases.
+
+Mistakes raise :class:`ValueError` naming the key, the value and the fix, so a
+training job fails at start-up instead of running unobserved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+ENV_PREFIX = "VERL_OTEL_BRIDGE_"
+
+#: Where spans can go. ``auto`` means RL-Insight when usable, else ``fallback``.
+EXPORTERS = ("auto", "rl_insight", "console", "memory", "jsonl", "none")
+#: Where spans go when RL-Insight is wanted but not usable.
+FALLBACKS = ("memory", "console", "jsonl", "none")
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _env_aliases() -> dict[str, tuple[str, ...]]:
+    return {
+        "enabled": ("OTEL_SDK_DISABLED",),
+        "service_name": ("OTEL_SERVICE_NAME",),
+        "rl_insight_enable": ("VERL_RL_INSIGHT_ENABLE",),
+        "rl_insight_server_url": ("RL_INSIGHT_SERVER_URL",),
+        "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE",),
+        "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE",),
+        "schedule_delay_ms": ("OTEL_BSP_SCHEDULE_DELAY",),
+    }
+
+
+# Variables whose meaning is the inverse of the key they feed.
+_INVERTED_ALIASES = frozenset({"OTEL_SDK_DISABLED"})
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    """Everything the bridge can be told. Build it with :meth:`resolve`.
+
+    Attributes:
+        enabled: ``False`` turns every span API into a cheap no-op (also set by
+            ``OTEL_SDK_DISABLED=true``).
+        exporter: ``auto`` (RL-Insight when usable, else ``fallback``),
+            ``rl_insight``, ``console``, ``memory``, ``jsonl`` or ``none``.
+        fallback: where spans go when RL-Insight is wanted but unusable:
+            ``memory``, ``console``, ``jsonl`` or ``none``.
+        jsonl_path: file the ``jsonl`` exporter appends to.
+        memory_max_spans: the in-memory exporter keeps only this many of the
+            most recent spans.
+        project: RL-Insight project and the identity's default ``project``.
+        experiment_name: RL-Insight experiment and the identity's default
+            ``experiment_name``.
+        service_name: OpenTelemetry ``service.name`` of the bridge's resource.
+        rl_insight_enable: ``True`` asks for RL-Insight explicitly (a WARNING
+            when unusable), ``False`` keeps ``auto`` local, ``None`` lets ``auto``
+            probe. Read from verl's ``VERL_RL_INSIGHT_ENABLE``.
+        rl_insight_server_url: RL-Insight server; defaults to
+            ``RL_INSIGHT_SERVER_URL``.
+        rl_insight_min_version: the oldest RL-Insight the bridge forwards to.
+        rl_insight_config: passed as ``config=`` to ``rl_insight.init``.
+        max_queue_size: spans waiting for export; beyond it new spans are
+            dropped and counted.
+        max_export_batch_size: spans handed to the exporter at once.
+        schedule_delay_ms: longest wait before queued spans are exported.
+        shutdown_timeout_s: longest ``shutdown()`` waits for pending exports.
+        max_attribute_length: longer string attribute values are truncated,
+            with a marker saying how much was cut.
+    """
+
+    enabled: bool = True
+    exporter: str = "auto"
+    fallback: str = "memory"
+    jsonl_path: str = "verl_otel_spans.jsonl"
+    memory_max_spans: int = 10_000
+    project: str | None = None
+    experiment_name: str | None = None
+    service_name: str = "verl_otel_bridge"
+    rl_insight_enable: bool | None = None
+    rl_insight_server_url: str | None = None
+    rl_insight_min_version: str = "0.3.0"
+    rl_insight_config: Mapping[str, Any] | None = field(default=None, hash=False)
+    max_queue_size: int = 2048
+    max_export_batch_size: int = 512
+    schedule_delay_ms: int = 1000
+    shutdown_timeout_s: float = 10.0
+    max_attribute_length: int = 32_768
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """All configuration keys, in declaration order."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def resolve(
+        cls,
+        config: Mapping[str, Any] | BridgeConfig | None = None,
+        /,
+        *,
+        environ: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> BridgeConfig:
+        """Merge overrides > ``config`` > environment > defaults.
+
+        A ``BridgeConfig`` given as ``config`` is taken whole (the environment
+        is not read again); overrides still apply on top.
+
+        Raises:
+            ValueError: an unknown key, or a value of the wrong type or range.
+        """
+        if isinstance(config, BridgeConfig):
+            return dataclasses.replace(config, **_coerce_all(overrides, "keyword")) if overrides else config
+        env = os.environ if environ is None else environ
+        values = from_environment(env)
+        if config is not None:
+            if not isinstance(config, Mapping):
+                raise ValueError(
+                    f"configure() takes a mapping or a BridgeConfig, not {type(config).__name__}"
+                )
+            values.update(_coerce_all(config, "config"))
+        values.update(_coerce_all(overrides, "keyword"))
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict of every key (for logs, ``status()`` and ``doctor``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Config values found in ``environ`` (prefixed variables win over aliases).
+
+    Raises:
+        ValueError: a ``VERL_OTEL_BRIDGE_*`` variable that names no key, or a
+            value that does not parse.
+    """
+    keys = BridgeConfig.keys()
+    values: dict[str, Any] = {}
+    for key, aliases in _env_aliases().items():
+        for alias in aliases:
+            raw = environ.get(alias)
+            if raw is None or raw.strip() == "":
+                continue
+            value = _coerce(key, raw, alias)
+            values[key] = (not value) if alias in _INVERTED_ALIASES else value
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        key = name[len(ENV_PREFIX) :].lower()
+        if key not in keys:
+            raise ValueError(_unknown_key_message(key, f"environment variable {name}"))
+        values[key] = _coerce(key, raw, name)
+    return values
+
+
+def _coerce_all(mapping: Mapping[str, Any], source: str) -> dict[str, Any]:
+    keys = BridgeConfig.keys()
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if key not in keys:
+            raise ValueError(_unknown_key_message(str(key), f"{source} key {key!r}"))
+        out[key] = _coerce(key, value, f"{source} key {key!r}")
+    return out
+
+
+def _unknown_key_message(key: str, where: str) -> str:
+    keys = BridgeConfig.keys()
+    close = difflib.get_close_matches(key, keys, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"verl_otel_bridge: unknown {where}.{hint} Known keys: {', '.join(keys)}."
+
+
+_FIELD_TYPES: dict[str, str] = {
+    "enabled": "bool",
+    "rl_insight_enable": "optional_bool",
+    "memory_max_spans": "int",
+    "max_queue_size": "int",
+    "max_export_batch_size": "int",
+    "schedule_delay_ms": "int",
+    "shutdown_timeout_s": "float",
+    "max_attribute_length": "int",
+    "rl_insight_config": "mapping",
+    "project": "optional_str",
+    "experiment_name": "optional_str",
+    "rl_insight_server_url": "optional_str",
+}
+
+
+def _coerce(key: str, value: Any, where: str) -> Any:
+    """Turn a value from a mapping or the environment into the key's type."""
+    kind = _FIELD_TYPES.get(key, "str")
+    try:
+        if kind in ("bool", "optional_bool"):
+            return _to_bool(value, optional=kind == "optional_bool")
+        if kind == "int":
+            if isinstance(value, bool):
+                raise TypeError
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise TypeError
+            return float(value)
+        if kind == "mapping":
+            return _to_mapping(value)
+        if kind == "optional_str":
+            return None if value is None else str(value)
+        if not isinstance(value, str):
+            raise TypeError
+        return value.strip()
+    except (TypeError, ValueError):
+        expected = {
+            "bool": "true or false",
+            "optional_bool": "true, false or unset",
+            "int": "an integer",
+            "float": "a number",
+            "mapping": "a mapping (or a JSON object in the environment)",
+            "str": "a string",
+        }[kind.replace("optional_str", "str")]
+        raise ValueError(
+            f"verl_otel_bridge: {where} = {value!r} is not valid for {key!r}: expected {expected}."
+        ) from None
+
+
+def _to_bool(value: Any, *, optional: bool) -> bool | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+    raise ValueError
+
+
+def _to_mapping(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = json.loads(value)
+    if not isinstance(value, Mapping):
+        raise TypeError
+    return {str(k): (_to_mapping(v) if isinstance(v, Mapping) else v) for k, v in value.items()}
+
+
+def _validate(config: BridgeConfig) -> None:
+    def bad(key: str, why: str) -> ValueError:
+        return ValueError(f"verl_otel_bridge: {key}={getattr(config, key)!r} {why}")
+
+    if config.exporter not in EXPORTERS:
+        raise bad("exporter", f"is not one of: {', '.join(EXPORTERS)}.")
+    if config.fallback not in FALLBACKS:
+        raise bad("fallback", f"is not one of: {', '.join(FALLBACKS)}.")
+    for key in ("memory_max_spans", "max_queue_size", "max_export_batch_size", "max_attribute_length"):
+        if getattr(config, key) < 1:
+            raise bad(key, "must be at least 1.")
+    if config.max_export_batch_size > config.max_queue_size:
+        raise bad("max_export_batch_size", f"must not exceed max_queue_size ({config.max_queue_size}).")
+    if config.schedule_delay_ms < 0:
+        raise bad("schedule_delay_ms", "must not be negative.")
+    if config.shutdown_timeout_s <= 0:
+        raise bad("shutdown_timeout_s", "must be positive.")
+    if not config.jsonl_path:
+        raise bad("jsonl_path", "must name a file.")
+    try:
+        Version(config.rl_insight_min_version)
+    except InvalidVersion:
+        raise bad("rl_insight_min_version", "is not a version such as '0.3.0'.") from None

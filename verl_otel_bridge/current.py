@@ -1,0 +1,119 @@
+"""The current bridge: the one process-wide slot, and the shortcuts that use it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+from verl_otel_bridge.bridge import Bridge, traced_by
+from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.session import Session
+
+logger = logging.getLogger("verl_otel_bridge")
+
+_current: Bridge | None = None
+_lock = threading.Lock()
+
+
+def configure(config: Mapping[str, Any] | BridgeConfig | None = None, /, **overrides: Any) -> Bridge:
+    """Create the bridge every shortcut uses, replacing (flushing and shutting down) the previous one.
+
+    ``config`` is a mapping (a YAML or OmegaConf section works) or a
+    :class:`BridgeConfig`; keyword ``overrides`` win over it, it wins over
+    ``VERL_OTEL_BRIDGE_*`` and the other environment variables, and those over
+    the defaults. The bridge has a ``TracerProvider`` of its own: a global
+    provider the application set is left alone.
+
+    Raises:
+        ValueError: an unknown key or a bad value, naming the key and the fix.
+    """
+    bridge = Bridge(BridgeConfig.resolve(config, **overrides))
+    previous = set_bridge(bridge)
+    if previous is not None:
+        previous.shutdown()
+    return bridge
+
+
+def get_bridge() -> Bridge:
+    """The current bridge; the first call without ``configure()`` builds one from the environment.
+
+    A bad environment variable is logged as an error and the defaults are used,
+    since this runs where spans are made and must not raise there.
+    """
+    bridge = _current
+    if bridge is not None:
+        return bridge
+    with _lock:
+        if _current is None:
+            _install(_from_environment())
+        assert _current is not None
+        return _current
+
+
+def set_bridge(bridge: Bridge | None) -> Bridge | None:
+    """Make ``bridge`` current without shutting anything down; returns the previous one.
+
+    For fixtures that swap a bridge in and restore the old one afterwards.
+    """
+    with _lock:
+        previous = _current
+        _install(bridge)
+    return previous
+
+
+def _install(bridge: Bridge | None) -> None:
+    global _current
+    _current = bridge
+
+
+def _from_environment() -> Bridge:
+    try:
+        return Bridge(BridgeConfig.resolve())
+    except ValueError as exc:
+        logger.error("%s Using the default configuration instead.", exc)
+        return Bridge(BridgeConfig())
+
+
+def session(**identity: Any) -> AbstractContextManager[Session]:
+    """``get_bridge().session(...)``: see :meth:`Bridge.session`."""
+    return get_bridge().session(**identity)
+
+
+def span(name: str, **attributes: Any) -> Any:
+    """``get_bridge().span(...)``: see :meth:`Bridge.span`."""
+    return get_bridge().span(name, **attributes)
+
+
+def traced(name: Any = None, **attributes: Any) -> Any:
+    """Like :meth:`Bridge.traced`, but uses whichever bridge is current at each call."""
+    return traced_by(get_bridge, name, attributes)
+
+
+def record_span(
+    name: str, *, start_time_ns: int, end_time_ns: int, attributes: Mapping[str, Any] | None = None
+) -> None:
+    """``get_bridge().record_span(...)``: see :meth:`Bridge.record_span`."""
+    get_bridge().record_span(name, start_time_ns=start_time_ns, end_time_ns=end_time_ns, attributes=attributes)
+
+
+def force_flush(timeout_s: float = 30.0) -> bool:
+    """Flush the current bridge (if any)."""
+    bridge = _current
+    return bridge.force_flush(timeout_s) if bridge is not None else True
+
+
+def status() -> dict[str, Any]:
+    """``get_bridge().status()``."""
+    return get_bridge().status()
+
+
+def shutdown(timeout_s: float | None = None) -> None:
+    """Shut the current bridge down and empty the slot (the next use builds a new one)."""
+    previous = set_bridge(None)
+    if previous is not None:
+        previous.shutdown(timeout_s)
+
+

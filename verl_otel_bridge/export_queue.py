@@ -1,0 +1,128 @@
+"""A bounded queue between span-ending code and exporters, drained by one thread.
+
+The caller only appends to a deque under a short lock; all exporter work (I/O,
+Ray calls) happens on the worker thread, so the caller's cost does not depend on
+the backend's speed. When the queue is full the *new* span is refused and the
+caller counts it as dropped: the queue never blocks and never grows past
+``max_size``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+logger = logging.getLogger("verl_otel_bridge.export_queue")
+
+ExportBatch = Callable[[list[ReadableSpan]], None]
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """Bounds of an :class:`ExportQueue`.
+
+    Attributes:
+        max_size: spans held at most.
+        batch_size: spans per export call at most.
+        delay_s: longest a span waits before the worker wakes up.
+    """
+
+    max_size: int
+    batch_size: int
+    delay_s: float
+
+
+class ExportQueue:
+    """Batches spans to ``export`` (called on a daemon worker thread, must not raise)."""
+
+    def __init__(self, export: ExportBatch, settings: QueueSettings) -> None:
+        self._export = export
+        self._max_size = settings.max_size
+        self._batch_size = settings.batch_size
+        self._delay_s = settings.delay_s
+        self._start()
+        ref = weakref.WeakMethod(self._start)
+        os.register_at_fork(after_in_child=lambda: (m := ref()) is not None and m())
+
+    def _start(self) -> None:
+        # Also the after-fork hook: the child starts empty, so spans the parent
+        # had queued are exported once, by the parent.
+        self._cond = threading.Condition(threading.Lock())
+        self._items: collections.deque[ReadableSpan] = collections.deque()
+        self._enqueued = 0
+        self._settled = 0
+        self._stopping = False
+        self._wake = threading.Event()
+        self._worker = threading.Thread(target=self._run, name="verl-otel-bridge-export", daemon=True)
+        self._worker.start()
+
+    def put(self, span: ReadableSpan) -> bool:
+        """Queue ``span``; False (nothing queued) when full or shut down."""
+        with self._cond:
+            if self._stopping or len(self._items) >= self._max_size:
+                return False
+            self._items.append(span)
+            self._enqueued += 1
+            full_batch = len(self._items) >= self._batch_size
+        if full_batch:
+            self._wake.set()
+        return True
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def force_flush(self, timeout_s: float) -> bool:
+        """Wait until every span queued before the call was exported; False on timeout."""
+        with self._cond:
+            target = self._enqueued
+        self._wake.set()
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._settled >= target or not self._worker.is_alive(), timeout_s
+            ) and self._settled >= target
+
+    def shutdown(self, timeout_s: float) -> int:
+        """Export what is queued, stop the worker; returns spans abandoned on timeout."""
+        with self._cond:
+            self._stopping = True
+        self._wake.set()
+        self._worker.join(timeout_s)
+        if not self._worker.is_alive():
+            return 0
+        with self._cond:
+            abandoned = len(self._items)
+            self._items.clear()
+        logger.warning(
+            "export did not finish within %.1f s; %d queued spans abandoned (the exporter may be hung)",
+            timeout_s,
+            abandoned,
+        )
+        return abandoned
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._delay_s)
+            self._wake.clear()
+            while True:
+                with self._cond:
+                    if not self._items:
+                        stopping = self._stopping
+                        break
+                    count = min(self._batch_size, len(self._items))
+                    batch = [self._items.popleft() for _ in range(count)]
+                try:
+                    self._export(batch)
+                except Exception:  # noqa: BLE001 - the worker must survive any exporter
+                    logger.exception("exporting a batch of %d spans raised", len(batch))
+                with self._cond:
+                    self._settled += len(batch)
+                    self._cond.notify_all()
+            if stopping:
+                return

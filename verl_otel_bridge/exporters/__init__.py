@@ -1,0 +1,17 @@
+"""Span exporters, each one class with one job; the bridge composes them."""
+
+from verl_otel_bridge.exporters.console import console_exporter
+from verl_otel_bridge.exporters.counting import CountingSpanExporter
+from verl_otel_bridge.exporters.discard import DiscardSpanExporter
+from verl_otel_bridge.exporters.jsonl import JsonlSpanExporter
+from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
+from verl_otel_bridge.exporters.rl_insight import RLInsightSpanExporter
+
+__all__ = [
+    "BoundedMemorySpanExporter",
+    "CountingSpanExporter",
+    "DiscardSpanExporter",
+    "JsonlSpanExporter",
+    "RLInsightSpanExporter",
+    "console_exporter",
+]

@@ -1,0 +1,56 @@
+"""Appends one JSON line per span to a file (format: :mod:`verl_otel_bridge.records`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from verl_otel_bridge.records import span_to_record
+
+
+class JsonlSpanExporter(SpanExporter):
+    """Writes spans to ``path`` as JSON Lines, appending, flushed after every batch.
+
+    The file is opened at construction so an unwritable path fails at
+    ``configure()``, not at the first span.
+
+    Raises:
+        ValueError: ``path`` cannot be opened for appending.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file: TextIO | None = self.path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"verl_otel_bridge: jsonl_path={str(path)!r} cannot be opened for appending: {exc}") from exc
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        lines = "".join(json.dumps(span_to_record(span), ensure_ascii=False) + "\n" for span in spans)
+        with self._lock:
+            if self._file is None:
+                return SpanExportResult.FAILURE
+            try:
+                self._file.write(lines)
+                self._file.flush()
+            except OSError:
+                return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None

@@ -1,0 +1,155 @@
+"""Agent-loop session identity, scoped by context variables.
+
+The identity is the set of keys RL-Insight's Agent Loop dashboard groups spans
+by. Its fields and coercions equal ``rl_insight.agent_loop.agent_loop_session``
+(RL-Insight 0.3.0) for the same inputs, so spans look the same whether the
+session was created by RL-Insight or computed here.
+
+The current identity lives in a :class:`contextvars.ContextVar`: it follows
+asyncio tasks created inside a session and never leaks between threads or
+concurrent sessions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_otel_bridge.attributes import AttributeValue, to_attribute_value, to_text
+
+#: Identity keys, in the order RL-Insight 0.3.0 builds them.
+IDENTITY_KEYS = (
+    "project",
+    "experiment_name",
+    "sample",
+    "session",
+    "traj",
+    "state_lane_id",
+    "uid",
+    "global_steps",
+    "session_id",
+)
+
+#: ``experiment_name`` when neither the caller nor the config names one
+#: (verl's ``RolloutTraceConfig`` uses the same default).
+DEFAULT_EXPERIMENT_NAME = "default"
+
+_current: ContextVar[SessionIdentity | None] = ContextVar("verl_otel_bridge_identity", default=None)
+
+
+def state_lane_id(experiment_name: str, sample: str, session: str, traj: str) -> str:
+    """The dashboard's lane id for one trajectory."""
+    return f"experiment={experiment_name}/sample={sample}/session={session}/traj={traj}"
+
+
+@dataclass(frozen=True)
+class SessionIdentity:
+    """Who a span belongs to: one trajectory of one session of one sample.
+
+    Build it with :meth:`create` (which applies RL-Insight's coercions) or
+    :meth:`from_dict` (which accepts what :meth:`to_dict` produced, e.g. after a
+    JSON round trip through an agent framework's tool kwargs).
+    """
+
+    project: str
+    experiment_name: str
+    sample: str
+    session: str
+    traj: str
+    uid: str
+    global_steps: Any
+    session_id: str
+    state_lane_id: str
+    #: The identity as OpenTelemetry attributes, computed once per session so
+    #: stamping a span costs one dict hand-off.
+    attributes: Mapping[str, AttributeValue] = field(compare=False, repr=False, hash=False)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        sample: Any,
+        session: Any,
+        traj: Any = 0,
+        uid: Any = None,
+        global_steps: Any = None,
+        session_id: Any = None,
+        project: Any = None,
+        experiment_name: Any = None,
+    ) -> SessionIdentity:
+        """Apply RL-Insight 0.3.0's coercions.
+
+        ``project``, ``uid`` and ``session_id`` become ``""`` when None;
+        ``experiment_name``, ``sample``, ``session`` and ``traj`` become strings;
+        ``global_steps`` is kept as given (``""`` when None) because the
+        dashboard compares it as a number.
+        """
+        experiment = DEFAULT_EXPERIMENT_NAME if experiment_name is None else to_text(experiment_name)
+        sample_s, session_s, traj_s = to_text(sample), to_text(session), to_text(traj)
+        values: dict[str, Any] = {
+            "project": "" if project is None else to_text(project),
+            "experiment_name": experiment,
+            "sample": sample_s,
+            "session": session_s,
+            "traj": traj_s,
+            "state_lane_id": state_lane_id(experiment, sample_s, session_s, traj_s),
+            "uid": "" if uid is None else to_text(uid),
+            "global_steps": "" if global_steps is None else global_steps,
+            "session_id": "" if session_id is None else to_text(session_id),
+        }
+        return cls._from_values(values)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SessionIdentity:
+        """Rebuild an identity from :meth:`to_dict` output.
+
+        Raises:
+            ValueError: a required key is missing, or ``state_lane_id`` does not
+                match the other keys.
+        """
+        missing = [k for k in ("experiment_name", "sample", "session") if k not in data]
+        if missing:
+            raise ValueError(f"identity dict lacks {', '.join(missing)}; got keys {sorted(data)}")
+        identity = cls.create(
+            project=data.get("project"),
+            experiment_name=data["experiment_name"],
+            sample=data["sample"],
+            session=data["session"],
+            traj=data.get("traj", 0),
+            uid=data.get("uid") or None,
+            global_steps=None if data.get("global_steps", "") == "" else data["global_steps"],
+            session_id=data.get("session_id") or None,
+        )
+        given = data.get("state_lane_id")
+        if given is not None and given != identity.state_lane_id:
+            raise ValueError(
+                f"identity dict has state_lane_id={given!r} but its keys give {identity.state_lane_id!r}"
+            )
+        return identity
+
+    @classmethod
+    def _from_values(cls, values: dict[str, Any]) -> SessionIdentity:
+        attributes = {key: to_attribute_value(value) for key, value in values.items()}
+        return cls(**values, attributes=attributes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The identity as RL-Insight's ``agent_loop_session(...).identity`` dict."""
+        return {key: getattr(self, key) for key in IDENTITY_KEYS}
+
+
+def current_identity() -> SessionIdentity | None:
+    """The identity of the session the caller is inside, or None."""
+    return _current.get()
+
+
+@contextmanager
+def using_identity(identity: SessionIdentity | None) -> Iterator[SessionIdentity | None]:
+    """Make ``identity`` current for the block (and tasks started inside it)."""
+    token = _current.set(identity)
+    try:
+        yield identity
+    finally:
+        _current.reset(token)

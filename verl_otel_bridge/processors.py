@@ -1,0 +1,81 @@
+"""Span processors: identity stamping, and accounting plus hand-off to export."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.export_queue import ExportQueue, QueueSettings
+from verl_otel_bridge.identity import current_identity
+
+logger = logging.getLogger("verl_otel_bridge.processors")
+
+
+class IdentitySpanProcessor(SpanProcessor):
+    """Stamps the current session identity on every span that starts inside a session.
+
+    Works for spans from any tracer on the provider, so plain
+    ``tracer.start_as_current_span`` calls and other instrumented libraries get
+    the identity too.
+    """
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        identity = current_identity()
+        if identity is not None:
+            span.set_attributes(identity.attributes)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+class ExportSpanProcessor(SpanProcessor):
+    """Counts spans and hands ended ones to ``exporter``.
+
+    With a ``queue`` the export happens on the queue's worker thread (and a full
+    queue counts the span as dropped); without one it happens inline, which is
+    only right for exporters that do no I/O (memory, discard).
+    """
+
+    def __init__(self, exporter: SpanExporter, counts: SpanCounts, queue: QueueSettings | None) -> None:
+        self.exporter = exporter
+        self.counts = counts
+        self.queue = ExportQueue(self.export_batch, queue) if queue is not None else None
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.counts.add("started")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.counts.add("ended")
+        if self.queue is None:
+            self.export_batch([span])
+        elif not self.queue.put(span):
+            self.counts.add("dropped")
+
+    def export_batch(self, spans: Sequence[ReadableSpan]) -> None:
+        """Export ``spans``; exporters in the bridge count their own outcome."""
+        try:
+            self.exporter.export(spans)
+        except Exception:  # noqa: BLE001 - never let an exporter reach the caller
+            self.counts.add("failed", len(spans))
+            logger.exception("exporter %s raised; %d spans lost", type(self.exporter).__name__, len(spans))
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        flushed = self.queue.force_flush(timeout_millis / 1000) if self.queue is not None else True
+        return flushed and self.exporter.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Flush what is queued (bounded by ``timeout_s``) and shut the exporter down."""
+        if self.queue is not None:
+            self.counts.add("dropped", self.queue.shutdown(timeout_s))
+        self.exporter.shutdown()

@@ -1,0 +1,209 @@
+"""Is RL-Insight usable, and if not, exactly why.
+
+RL-Insight's three releases differ in ways that matter here (see the docs'
+compatibility table): 0.1.0 has no online API, 0.2.0 has no ``__version__`` and
+no ``trace_span``, 0.3.0 has both but may report ``"unknown"`` as its version.
+And even 0.3.0 silently switches itself off when ``RL_INSIGHT_SERVER_URL`` is
+unset or Ray is not initialised. This module checks each of those, in order,
+and says which one failed, so the bridge never forwards into a void.
+
+Initialisation goes through :func:`ensure_initialized`, the one entry point
+that calls ``rl_insight.init``: once per process, however many threads or
+bridges ask at the same time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+logger = logging.getLogger("verl_otel_bridge.rl_insight")
+
+MODULE_NAME = "rl_insight"
+DISTRIBUTION_NAME = "rl-insight"
+SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The outcome of checking RL-Insight.
+
+    Attributes:
+        usable: spans can be forwarded.
+        reason: a stable code: ``ok``, ``not_installed``, ``import_failed``,
+            ``no_version``, ``version_unparsable``, ``version_too_old``,
+            ``no_trace_span``, ``no_server_url``, ``ray_not_initialized``,
+            ``init_failed``.
+        detail: one sentence for humans: what is installed, what is required.
+        version: the module's ``__version__`` (None when absent).
+        installed: the installed distribution's version from package metadata,
+            which also covers releases without ``__version__``.
+        module: the imported module, when it imported.
+    """
+
+    usable: bool
+    reason: str
+    detail: str
+    version: str | None = None
+    installed: str | None = None
+    module: ModuleType | None = None
+
+    @property
+    def static(self) -> bool:
+        """True when the reason cannot change while the process runs."""
+        return self.reason not in ("ok", "no_server_url", "ray_not_initialized", "init_failed")
+
+
+def probe_module(minimum_version: str) -> Probe:
+    """Check what cannot change at runtime: import, version, ``trace_span``."""
+    installed = _installed_version()
+    try:
+        module = importlib.import_module(MODULE_NAME)
+    except ModuleNotFoundError as exc:
+        if exc.name not in (MODULE_NAME, None):
+            return Probe(False, "import_failed", f"import rl_insight failed: {exc}", installed=installed)
+        return Probe(False, "not_installed", f"rl-insight is not installed (requires >= {minimum_version})")
+    except Exception as exc:  # noqa: BLE001 - a broken install must not break the caller
+        return Probe(False, "import_failed", f"import rl_insight raised {type(exc).__name__}: {exc}", installed=installed)
+
+    raw = getattr(module, "__version__", None)
+    shown = f"rl-insight {installed or '(version unknown)'}"
+    if raw is None:
+        return Probe(
+            False,
+            "no_version",
+            f"{shown} is installed but its module has no __version__ (releases before 0.3.0); "
+            f"requires >= {minimum_version}",
+            installed=installed,
+            module=module,
+        )
+    try:
+        version = Version(str(raw))
+    except InvalidVersion:
+        return Probe(
+            False,
+            "version_unparsable",
+            f"rl_insight.__version__ is {raw!r}, not a version (installed: {installed}); requires >= {minimum_version}",
+            version=str(raw),
+            installed=installed,
+            module=module,
+        )
+    if version < Version(minimum_version):
+        return Probe(
+            False,
+            "version_too_old",
+            f"rl-insight {raw} is installed; requires >= {minimum_version}",
+            version=str(raw),
+            installed=installed,
+            module=module,
+        )
+    try:
+        trace_span = getattr(module, "trace_span", None)
+    except Exception:  # noqa: BLE001 - lazy attribute loaders can raise anything
+        trace_span = None
+    if not callable(trace_span):
+        return Probe(
+            False,
+            "no_trace_span",
+            f"rl-insight {raw} is installed but has no callable rl_insight.trace_span",
+            version=str(raw),
+            installed=installed,
+            module=module,
+        )
+    return Probe(True, "ok", f"rl-insight {raw}", version=str(raw), installed=installed, module=module)
+
+
+def check_runtime(probe: Probe, server_url: str | None) -> Probe:
+    """Check the preconditions RL-Insight needs but does not report: server URL and Ray."""
+    if not probe.usable:
+        return probe
+    url = server_url or os.environ.get(SERVER_URL_ENV, "").strip()
+    if not url:
+        return _with(probe, "no_server_url", f"{SERVER_URL_ENV} is not set, so RL-Insight would disable itself")
+    ray = sys.modules.get("ray")
+    try:
+        if ray is None:
+            ray = importlib.import_module("ray")
+        ray_ready = bool(ray.is_initialized())
+    except Exception:  # noqa: BLE001
+        ray_ready = False
+    if not ray_ready:
+        return _with(probe, "ray_not_initialized", "Ray is not initialized, so RL-Insight would disable itself")
+    return probe
+
+
+def _with(probe: Probe, reason: str, detail: str) -> Probe:
+    return Probe(False, reason, f"{probe.detail}: {detail}", probe.version, probe.installed, probe.module)
+
+
+def is_initialized(module: ModuleType) -> bool | None:
+    """Whether RL-Insight's own state says monitoring is on (None: cannot tell)."""
+    api = sys.modules.get(f"{module.__name__}.api")
+    enabled = getattr(getattr(api, "_STATE", None), "enabled", None)
+    return enabled if isinstance(enabled, bool) else None
+
+
+class _InitOnce:
+    """RL-Insight's ``init`` is once per process, so this record is too."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls = 0
+
+
+_INIT = _InitOnce()
+
+
+def ensure_initialized(
+    probe: Probe,
+    *,
+    project: str | None,
+    experiment_name: str | None,
+    config: Mapping[str, Any] | None,
+) -> Probe:
+    """Call ``rl_insight.init`` unless it already ran in this process.
+
+    Returns ``probe`` when RL-Insight is on afterwards, else a probe with reason
+    ``init_failed`` (RL-Insight logs its own reason and returns None, so this
+    reads its state back to tell).
+    """
+    module = probe.module
+    if not probe.usable or module is None:
+        return probe
+    with _INIT.lock:
+        if is_initialized(module) is True:
+            return probe
+        if _INIT.calls == 0:
+            _INIT.calls += 1
+            try:
+                module.init(project=project, experiment_name=experiment_name, config=dict(config or {}))
+            except Exception as exc:  # noqa: BLE001
+                return _with(probe, "init_failed", f"rl_insight.init raised {type(exc).__name__}: {exc}")
+        state = is_initialized(module)
+    if state is False:
+        return _with(probe, "init_failed", "RL-Insight monitoring is off after init (init failed, see RL-Insight's log, or rl_insight.finish() ran)")
+    return probe
+
+
+def init_calls() -> int:
+    """How many times this process called ``rl_insight.init`` (0 or 1)."""
+    return _INIT.calls
+
+
+def _installed_version() -> str | None:
+    try:
+        return importlib.metadata.version(DISTRIBUTION_NAME)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001
+        return None
