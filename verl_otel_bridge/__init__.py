@@ -20,12 +20,15 @@ from verl_otel_bridge.current import (  # noqa: E402
     force_flush,
     get_bridge,
     record_span,
+    resume,
     session,
     set_bridge,
     shutdown,
     span,
     status,
+    task,
     traced,
+    turn,
 )
 from verl_otel_bridge.identity import SessionIdentity, current_identity  # noqa: E402
 from verl_otel_bridge.session import Session  # noqa: E402
@@ -41,10 +44,13 @@ __all__ = [
     "force_flush",
     "get_bridge",
     "record_span",
+    "resume",
     "session",
     "set_bridge",
     "shutdown",
     "span",
     "status",
+    "task",
     "traced",
+    "turn",
 ]

@@ -37,7 +37,7 @@ class SpanCounts:
             return self._counts.get(key, 0)
 
     def snapshot(self) -> dict[str, Any]:
-        """Counters grouped for ``status()``: flat totals plus ``exported`` by exporter."""
+        """Counters for ``status()``: the terminal buckets, ``exported`` by exporter, then any others."""
         with self._lock:
             counts = dict(self._counts)
         exported = {k.split(".", 1)[1]: v for k, v in counts.items() if k.startswith("exported.")}
@@ -46,6 +46,7 @@ class SpanCounts:
             for key in ("started", "ended", "fallback", "dropped", "failed", "invalid", "converted")
         }
         summary["exported"] = exported
+        summary.update({k: v for k, v in counts.items() if k not in summary and not k.startswith("exported.")})
         return summary
 
 

@@ -9,7 +9,7 @@ import inspect
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 from opentelemetry.sdk.resources import Resource
@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import INVALID_SPAN, NoOpTracer, Span, Status, StatusCode, Tracer
 
 from verl_otel_bridge import __version__
+from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
 from verl_otel_bridge.accounting import SpanCounts, balance
 from verl_otel_bridge.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge.config import BridgeConfig
@@ -24,8 +25,9 @@ from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.identity import SessionIdentity, using_identity
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.pipeline import Pipeline, build_pipeline
+from verl_otel_bridge.rl_insight_compat import Probe
 from verl_otel_bridge.processors import ExportSpanProcessor, IdentitySpanProcessor
-from verl_otel_bridge.session import SESSION_SPAN_NAME, TRACE_SOURCE_ATTRIBUTE, Session
+from verl_otel_bridge.session import SESSION_SPAN_NAME, Session, session_start_attributes
 
 logger = logging.getLogger("verl_otel_bridge")
 
@@ -102,6 +104,7 @@ class Bridge:
         session_id: Any = None,
         project: Any = None,
         experiment_name: Any = None,
+        state_lane_id: str | None = None,
     ) -> Iterator[Session]:
         """Run the block as one agent-loop session (an ``agent_session`` span).
 
@@ -112,6 +115,9 @@ class Bridge:
         ``status="error"`` (``"cancelled"`` for a cancelled task), and the
         exception propagates unchanged. Without an explicit ``finish``, a
         normal exit finishes with ``status="success"``.
+
+        ``bridge.session(**identity.to_dict())`` works: ``state_lane_id`` is
+        accepted and checked (a mismatch is logged; the keys win).
         """
         identity = SessionIdentity.create(
             sample=sample,
@@ -123,13 +129,21 @@ class Bridge:
             project=self.config.project if project is None else project,
             experiment_name=self.config.experiment_name if experiment_name is None else experiment_name,
         )
+        if state_lane_id is not None and state_lane_id != identity.state_lane_id:
+            self._once.log(
+                "state_lane_id",
+                logging.WARNING,
+                "session(state_lane_id=%r) does not match its keys; using %r",
+                state_lane_id,
+                identity.state_lane_id,
+            )
         with using_identity(identity), self.tracer.start_as_current_span(
             SESSION_SPAN_NAME,
-            attributes={TRACE_SOURCE_ATTRIBUTE: "session"},
+            attributes=session_start_attributes(identity),
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            current = Session(identity, span)
+            current = Session(identity, span, self)
             try:
                 yield current
             except BaseException as exc:
@@ -154,7 +168,7 @@ class Bridge:
         if name.__class__ is not str or not name:
             name = self._span_name(name)
         return self.tracer.start_as_current_span(
-            name, attributes=self._clean(attributes) if attributes else None
+            name, attributes=self.clean_attributes(attributes) if attributes else None
         )
 
     def traced(self, name: str | Callable[..., Any] | None = None, **attributes: Any) -> Any:
@@ -164,6 +178,33 @@ class Bridge:
         also works without parentheses.
         """
         return traced_by(lambda: self, name, attributes)
+
+    def task(self, name: str, **attributes: Any) -> AbstractContextManager[TaskHandle]:
+        """An ``agent_task`` span (``monitor.trace_source="task"``, ``task_name``), yielding a
+        :class:`~verl_otel_bridge.agent_loop.TaskHandle` whose ``set_result`` sets ``status``,
+        ``reward``, ``accuracy``, ``finished``, ``error``, ``reward_posted``."""
+        return task_span(self, name, attributes)
+
+    def turn(self, turn: int, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]:
+        """An ``agent_turn`` span with integer ``turn`` and ``type``, yielding a
+        :class:`~verl_otel_bridge.agent_loop.TurnHandle` whose ``record`` sets tokens, finish
+        reason, tools, content and reasoning (each with its ``gen_ai.*`` twin)."""
+        return turn_span(self, turn, type, attributes)
+
+    def resume(self, identity: SessionIdentity | Mapping[str, Any]) -> AbstractContextManager[SessionIdentity | None]:
+        """Continue a session's identity elsewhere, without a second ``agent_session`` span.
+
+        ``identity`` is a :class:`SessionIdentity` or its ``to_dict()`` (e.g. handed to
+        a tool in its kwargs). Spans started inside carry that identity. A dict that
+        cannot be read is logged and the block runs without identity.
+        """
+        if not isinstance(identity, SessionIdentity):
+            try:
+                identity = SessionIdentity.from_dict(identity)
+            except (ValueError, TypeError, AttributeError) as exc:
+                self._once.log("resume", logging.WARNING, "resume(): %s; continuing without identity", exc)
+                return using_identity(None)
+        return using_identity(identity)
 
     def record_span(
         self,
@@ -199,7 +240,7 @@ class Bridge:
         if name.__class__ is not str or not name:
             name = self._span_name(name)
         span = self.tracer.start_span(
-            name, start_time=int(start_time_ns), attributes=self._clean(attributes) if attributes else None
+            name, start_time=int(start_time_ns), attributes=self.clean_attributes(attributes) if attributes else None
         )
         span.end(end_time=int(end_time_ns))
 
@@ -209,6 +250,15 @@ class Bridge:
     def memory_exporter(self) -> BoundedMemorySpanExporter | None:
         """The in-memory exporter in use (primary or fallback), else None."""
         return self._pipeline.memory if self._pipeline is not None else None
+
+    def rl_insight_probe(self, *, initialize: bool = False) -> Probe | None:
+        """Check RL-Insight as the exporter does (None when this bridge does not want RL-Insight).
+
+        With ``initialize``, also runs ``rl_insight.init`` once per process if it is usable.
+        """
+        if self._pipeline is None or self._pipeline.rl_insight is None:
+            return None
+        return self._pipeline.rl_insight.probe(initialize=initialize)
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Export every span ended so far; False if that took longer than ``timeout_s``."""
@@ -261,7 +311,8 @@ class Bridge:
 
     # -- internals -----------------------------------------------------------
 
-    def _clean(self, attributes: Mapping[Any, Any]) -> dict[str, AttributeValue]:
+    def clean_attributes(self, attributes: Mapping[Any, Any]) -> dict[str, AttributeValue]:
+        """``attributes`` converted as this bridge's spans convert them (see :mod:`verl_otel_bridge.attributes`)."""
         return clean_attributes(attributes, self._max_attribute_length, self._note_conversion)
 
     def _note_conversion(self, kind: str, key: str) -> None:

@@ -140,6 +140,39 @@ class BridgeConfig:
         values.update(_coerce_all(overrides, "keyword"))
         return cls(**values)
 
+    @classmethod
+    def from_verl(
+        cls, verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> BridgeConfig:
+        """Build the config from a verl trainer config (a mapping or OmegaConf ``DictConfig``).
+
+        Reads ``trainer.project_name`` -> ``project``, ``trainer.experiment_name``
+        -> ``experiment_name``, ``trainer.logger`` (RL-Insight is wanted iff it
+        lists ``rl_insight``) -> ``rl_insight_enable``, ``trainer.rl_insight`` ->
+        ``rl_insight_config``, and the bridge's own section
+        ``actor_rollout_ref.rollout.trace.otel_bridge`` (any keys of this class).
+        Keyword overrides win over all of it; the environment fills the rest.
+
+        Raises:
+            ValueError: a key in the ``otel_bridge`` section is unknown, or a value is bad.
+        """
+        trainer = _section(verl_config, "trainer")
+        values: dict[str, Any] = {}
+        if trainer.get("project_name") is not None:
+            values["project"] = trainer["project_name"]
+        if trainer.get("experiment_name") is not None:
+            values["experiment_name"] = trainer["experiment_name"]
+        loggers = trainer.get("logger")
+        if loggers is not None:
+            names = [loggers] if isinstance(loggers, str) else list(loggers)
+            values["rl_insight_enable"] = "rl_insight" in names
+        if trainer.get("rl_insight") is not None:
+            values["rl_insight_config"] = trainer["rl_insight"]
+        trace = _section(_section(_section(verl_config, "actor_rollout_ref"), "rollout"), "trace")
+        values.update(_section(trace, "otel_bridge"))
+        values.update(overrides)
+        return cls.resolve(values, environ=environ)
+
     def to_dict(self) -> dict[str, Any]:
         """A plain dict of every key (for logs, ``status()`` and ``doctor``)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -169,6 +202,13 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
             raise ValueError(_unknown_key_message(key, f"environment variable {name}"))
         values[key] = _coerce(key, raw, name)
     return values
+
+
+def _section(mapping: Any, key: str) -> Mapping[str, Any]:
+    if not isinstance(mapping, Mapping):
+        return {}
+    value = mapping.get(key)
+    return value if isinstance(value, Mapping) else {}
 
 
 def _coerce_all(mapping: Mapping[str, Any], source: str) -> dict[str, Any]:

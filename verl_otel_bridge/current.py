@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
+from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
 from verl_otel_bridge.bridge import Bridge, traced_by
 from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.identity import SessionIdentity
 from verl_otel_bridge.session import Session
 
 logger = logging.getLogger("verl_otel_bridge")
@@ -85,6 +87,21 @@ def session(**identity: Any) -> AbstractContextManager[Session]:
 def span(name: str, **attributes: Any) -> Any:
     """``get_bridge().span(...)``: see :meth:`Bridge.span`."""
     return get_bridge().span(name, **attributes)
+
+
+def task(name: str, **attributes: Any) -> AbstractContextManager[TaskHandle]:
+    """``get_bridge().task(...)``: see :meth:`Bridge.task`."""
+    return get_bridge().task(name, **attributes)
+
+
+def turn(turn: int, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]:
+    """``get_bridge().turn(...)``: see :meth:`Bridge.turn`."""
+    return get_bridge().turn(turn, type=type, **attributes)
+
+
+def resume(identity: SessionIdentity | Mapping[str, Any]) -> AbstractContextManager[SessionIdentity | None]:
+    """``get_bridge().resume(...)``: see :meth:`Bridge.resume`."""
+    return get_bridge().resume(identity)
 
 
 def traced(name: Any = None, **attributes: Any) -> Any:

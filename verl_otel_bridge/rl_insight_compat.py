@@ -195,6 +195,15 @@ def ensure_initialized(
     return probe
 
 
+def finish(module: ModuleType) -> None:
+    """Call ``rl_insight.finish()`` and forget the init, so a later run in this process can init again."""
+    with _INIT.lock:
+        try:
+            module.finish()
+        finally:
+            _INIT.calls = 0
+
+
 def init_calls() -> int:
     """How many times this process called ``rl_insight.init`` (0 or 1)."""
     return _INIT.calls

@@ -2,19 +2,38 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span
 
+from verl_otel_bridge.attributes import to_text
 from verl_otel_bridge.identity import SessionIdentity
+
+if TYPE_CHECKING:
+    from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
+    from verl_otel_bridge.bridge import Bridge
 
 logger = logging.getLogger("verl_otel_bridge.session")
 
 #: Marks spans for RL-Insight's dashboard: ``session`` for sessions.
 TRACE_SOURCE_ATTRIBUTE = "monitor.trace_source"
 SESSION_SPAN_NAME = "agent_session"
+#: Per-trajectory summaries (``chain_id``, ``reward_score``, ``num_turns``) as a JSON
+#: list, so RL-Insight's trajectory gauges can be published from the exported span.
+TRAJECTORIES_ATTRIBUTE = "monitor.trajectories"
+_TRAJECTORY_FIELDS = ("chain_id", "reward_score", "num_turns")
+
+
+def session_start_attributes(identity: SessionIdentity) -> dict[str, Any]:
+    """What an ``agent_session`` span carries from its start (besides the identity)."""
+    attributes: dict[str, Any] = {TRACE_SOURCE_ATTRIBUTE: "session", "gen_ai.operation.name": "invoke_agent"}
+    if identity.session_id:
+        attributes["gen_ai.conversation.id"] = identity.session_id
+    return attributes
 
 
 class Session:
@@ -25,11 +44,20 @@ class Session:
         span: the OpenTelemetry ``agent_session`` span.
     """
 
-    def __init__(self, identity: SessionIdentity, span: Span) -> None:
+    def __init__(self, identity: SessionIdentity, span: Span, bridge: Bridge) -> None:
         self.identity = identity
         self.span = span
         self.status: str | None = None
         self.trajectories: Sequence[Any] = ()
+        self._bridge = bridge
+
+    def task(self, name: str, **attributes: Any) -> AbstractContextManager[TaskHandle]:
+        """An ``agent_task`` span in this session: see :meth:`Bridge.task`."""
+        return self._bridge.task(name, **attributes)
+
+    def turn(self, turn: int, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]:
+        """An ``agent_turn`` span in this session: see :meth:`Bridge.turn`."""
+        return self._bridge.turn(turn, type=type, **attributes)
 
     @property
     def finished(self) -> bool:
@@ -60,14 +88,29 @@ class Session:
                 status,
             )
             return
-        self.status = str(status)
+        self.status = to_text(status)
         self.trajectories = tuple(trajectories or ())
-        self.span.set_attributes(
-            {
-                "runner_name": runner_name or "",
-                "status": self.status,
-                "num_trajectories": len(self.trajectories),
-                "reward_source": reward_source or "",
-                "finished": finished if finished is not None else "",
-            }
-        )
+        attributes: dict[str, Any] = {
+            "runner_name": to_text(runner_name) if runner_name else "",
+            "status": self.status,
+            "num_trajectories": len(self.trajectories),
+            "reward_source": to_text(reward_source) if reward_source else "",
+            "finished": bool(finished) if finished is not None else "",
+        }
+        if self.trajectories:
+            attributes[TRAJECTORIES_ATTRIBUTE] = _trajectory_summaries(self.trajectories)
+        self.span.set_attributes(attributes)
+
+
+def _trajectory_summaries(trajectories: Sequence[Any]) -> str:
+    summaries = []
+    for trajectory in trajectories:
+        summary = {}
+        for name in _TRAJECTORY_FIELDS:
+            value = trajectory.get(name) if isinstance(trajectory, dict) else getattr(trajectory, name, None)
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                summary[name] = value
+            elif value is not None:
+                summary[name] = to_text(value)
+        summaries.append(summary)
+    return json.dumps(summaries)

@@ -15,6 +15,7 @@ from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.logs import OnceLogger, Reminder
 from verl_otel_bridge.rl_insight_compat import Probe
+from verl_otel_bridge.rl_insight_sessions import is_session_span, publish_session_gauges
 
 logger = logging.getLogger("verl_otel_bridge.exporters.rl_insight")
 
@@ -39,6 +40,11 @@ class RLInsightSpanExporter(SpanExporter):
     why, and :meth:`status` keeps saying it. A ``trace_span`` call that raises
     sends that span and the rest of its batch to the fallback. Nothing here
     raises into the caller.
+
+    ``agent_session`` spans made by the bridge's sessions also publish RL-Insight's
+    agent-loop dashboard gauges (see :mod:`verl_otel_bridge.rl_insight_sessions`);
+    RL-Insight still receives exactly one ``agent_session`` span per session,
+    with the session's real start and end.
 
     Args:
         fallback: where spans go when RL-Insight is unusable.
@@ -94,6 +100,8 @@ class RLInsightSpanExporter(SpanExporter):
             return self._to_fallback(spans)
         trace_span = probe.module.trace_span
         for index, span in enumerate(spans):
+            if is_session_span(span):
+                self._publish_gauges(probe, span)
             try:
                 trace_span(
                     name=span.name,
@@ -146,6 +154,21 @@ class RLInsightSpanExporter(SpanExporter):
             "rl_insight_installed": probe.installed,
             "counters": self.counts.snapshot(),
         }
+
+    def _publish_gauges(self, probe: Probe, span: ReadableSpan) -> None:
+        try:
+            publish_session_gauges(probe.module, span)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - gauges are extra; the span still goes out
+            self.counts.add("session_gauges_failed")
+            self._once.log(
+                f"gauges:{type(exc).__name__}",
+                logging.WARNING,
+                "agent-loop dashboard gauges not published (%s: %s); session spans are still forwarded",
+                type(exc).__name__,
+                exc,
+            )
+        else:
+            self.counts.add("session_gauges_published")
 
     def _to_fallback(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:

@@ -1,0 +1,160 @@
+"""The agent-loop span vocabulary: tasks and turns, as RL-Insight's dashboard reads them.
+
+RL-Insight's Agent Loop Trajectory dashboard finds spans by attributes, not by
+name: a turn is any span with the session identity and an integer ``turn``; a
+task is any span with ``monitor.trace_source="task"``. Each span made here also
+carries the OpenTelemetry GenAI attributes (``gen_ai.*``) so the same trace
+reads well in other backends. ``docs/protocol.md`` lists every attribute.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.trace import Span
+
+from verl_otel_bridge.attributes import to_text
+from verl_otel_bridge.identity import current_identity
+from verl_otel_bridge.session import TRACE_SOURCE_ATTRIBUTE
+
+if TYPE_CHECKING:
+    from verl_otel_bridge.bridge import Bridge
+
+logger = logging.getLogger("verl_otel_bridge.agent_loop")
+
+TASK_SPAN_NAME = "agent_task"
+TURN_SPAN_NAME = "agent_turn"
+
+GEN_AI_OPERATION = "gen_ai.operation.name"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+
+#: ``turn(type=...)`` -> ``gen_ai.operation.name``; other types are passed through.
+TURN_OPERATIONS = {"generate": "chat", "tool": "execute_tool"}
+
+
+Clean = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+class _Handle:
+    def __init__(self, span: Span, clean: Clean) -> None:
+        self.span = span
+        self._clean = clean
+
+    def _set(self, values: Mapping[str, Any]) -> None:
+        self.span.set_attributes(self._clean({k: v for k, v in values.items() if v is not None}))
+
+
+class TaskHandle(_Handle):
+    """Yielded by ``task(...)``: the span (``.span``), and a setter for the dashboard's task fields."""
+
+    def set_result(
+        self,
+        *,
+        status: str | None = None,
+        reward: float | None = None,
+        accuracy: float | None = None,
+        finished: bool | None = None,
+        error: str | BaseException | None = None,
+        reward_posted: bool | None = None,
+    ) -> None:
+        """Set the fields the dashboard's Task summary shows; None leaves a field unset."""
+        values = {
+            "status": status,
+            "reward": reward,
+            "accuracy": accuracy,
+            "finished": finished,
+            "error": _error_text(error) if error is not None else None,
+            "reward_posted": reward_posted,
+        }
+        self._set(values)
+
+
+class TurnHandle(_Handle):
+    """Yielded by ``turn(...)``: the span (``.span``), and :meth:`record` for what the turn produced."""
+
+    def record(
+        self,
+        *,
+        finish_reason: str | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        tools: str | Sequence[str] | None = None,
+        tool_args: Any = None,
+        content: str | None = None,
+        reasoning: str | None = None,
+    ) -> None:
+        """Set the Turn details fields, each with its GenAI twin; None leaves a field unset."""
+        tool_names = None if tools is None else tools if isinstance(tools, str) else ",".join(map(str, tools))
+        values = {
+            "finish_reason": finish_reason,
+            "gen_ai.response.finish_reasons": (finish_reason,) if finish_reason is not None else None,
+            "prompt_tokens": prompt_tokens,
+            "gen_ai.usage.input_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "gen_ai.usage.output_tokens": completion_tokens,
+            "tools": tool_names,
+            "gen_ai.tool.name": tool_names,
+            "tool_args": tool_args,
+            "gen_ai.tool.call.arguments": tool_args,
+            "content": content,
+            "reasoning": reasoning,
+        }
+        self._set(values)
+
+
+@contextmanager
+def task_span(bridge: Bridge, name: str, attributes: Mapping[str, Any]) -> Iterator[TaskHandle]:
+    """An ``agent_task`` span; an exception sets ``status="error"`` and ``error``, then propagates."""
+    base = {
+        TRACE_SOURCE_ATTRIBUTE: "task",
+        "task_name": to_text(name),
+        GEN_AI_OPERATION: "invoke_agent",
+        GEN_AI_AGENT_NAME: to_text(name),
+        **_conversation(),
+    }
+    with bridge.span(TASK_SPAN_NAME, **{**base, **attributes}) as span:
+        handle = TaskHandle(span, bridge.clean_attributes)
+        try:
+            yield handle
+        except BaseException as exc:
+            handle.set_result(status="error", error=exc)
+            raise
+
+
+@contextmanager
+def turn_span(bridge: Bridge, turn: Any, turn_type: str, attributes: Mapping[str, Any]) -> Iterator[TurnHandle]:
+    """An ``agent_turn`` span with an integer ``turn`` (the dashboard compares it as a number)."""
+    base = {
+        "turn": _turn_number(turn),
+        "type": turn_type,
+        GEN_AI_OPERATION: TURN_OPERATIONS.get(turn_type, turn_type),
+        **_conversation(),
+    }
+    with bridge.span(TURN_SPAN_NAME, **{**base, **attributes}) as span:
+        yield TurnHandle(span, bridge.clean_attributes)
+
+
+def _conversation() -> dict[str, str]:
+    identity = current_identity()
+    if identity is None or not identity.session_id:
+        return {}
+    return {GEN_AI_CONVERSATION_ID: identity.session_id}
+
+
+def _turn_number(turn: Any) -> Any:
+    try:
+        return int(turn)
+    except (TypeError, ValueError, OverflowError):
+        logger.warning("turn=%r is not an integer; the dashboard will not show this turn", turn)
+        return to_text(turn)
+
+
+def _error_text(error: str | BaseException) -> str:
+    if isinstance(error, BaseException):
+        return f"{type(error).__name__}: {to_text(error)}"
+    return to_text(error)
+
