@@ -1,7 +1,7 @@
 """A simulated multi-turn agent loop traced through verl-otel-bridge.
 
-Several samples run concurrently, each with a few sessions; every session makes
-generation turns, some of which call tools. Nothing here talks to a model: the
+Several samples run concurrently, each with a few sessions; every session runs
+one task made of generation turns, some of which call tools. Nothing here talks to a model: the
 "LLM" and the tools are stand-ins that sleep for a moment. Run it with
 ``make demo`` or ``python examples/agent_loop.py``.
 
@@ -38,32 +38,47 @@ async def fake_llm(rng: random.Random, turn: int) -> dict[str, object]:
 
 @vob.traced("tool_call")
 async def run_tool(name: str, args: dict[str, object]) -> str:
-    """A tool call; ``traced`` makes it a span inside whatever session is current."""
+    """A tool's own work; ``traced`` makes it a span inside whatever session is current."""
     await asyncio.sleep(0.003)
     return f"{name} result for {json.dumps(args)}"
 
 
 async def agent_session(sample: int, session: int, global_steps: int, rng: random.Random) -> float:
-    """One session: up to three turns, tool calls in between, a reward at the end."""
-    with vob.session(sample=sample, session=session, global_steps=global_steps, uid=f"uid-{sample}") as s:
-        for turn in range(3):
-            with vob.span("generate", turn=turn, type="generate") as span:
-                out = await fake_llm(rng, turn)
-                span.set_attributes(
-                    {
-                        "prompt_tokens": out["prompt_tokens"],
-                        "completion_tokens": out["completion_tokens"],
-                        "finish_reason": out["finish_reason"],
-                    }
-                )
-            if out["tool"] is None:
-                break
-            await run_tool(str(out["tool"]), {"query": f"s{sample}/t{turn}"})
-        # Reward computed elsewhere (e.g. by a reward worker) and reported afterwards.
+    """One session: a task of up to three generation turns, with tool turns in between."""
+    with vob.session(
+        sample=sample, session=session, global_steps=global_steps, uid=f"uid-{sample}", session_id=f"conv-{sample}-{session}"
+    ) as s:
+        turn_index = 0
+        with s.task("solve") as task:
+            for _ in range(3):
+                with s.turn(turn_index, type="generate") as turn:
+                    out = await fake_llm(rng, turn_index)
+                    turn.record(
+                        prompt_tokens=int(out["prompt_tokens"]),  # type: ignore[call-overload]
+                        completion_tokens=int(out["completion_tokens"]),  # type: ignore[call-overload]
+                        finish_reason=str(out["finish_reason"]),
+                        tools=str(out["tool"]) if out["tool"] else None,
+                    )
+                turn_index += 1
+                if out["tool"] is None:
+                    break
+                args = {"query": f"s{sample}/t{turn_index}"}
+                with s.turn(turn_index, type="tool") as turn:
+                    turn.record(tools=str(out["tool"]), tool_args=args)
+                    await run_tool(str(out["tool"]), args)
+                turn_index += 1
+            reward = round(rng.random(), 3)
+            task.set_result(status="success", reward=reward, finished=True, reward_posted=True)
+        # Work timed elsewhere (here: a reward model call measured by another component).
         end = time.time_ns()
-        vob.record_span("reward", start_time_ns=end - 2_000_000, end_time_ns=end, attributes={"reward": 1.0})
-        reward = rng.random()
-        s.finish(status="success", runner_name="demo", reward_source="rule", finished=True)
+        vob.record_span("reward_model", start_time_ns=end - 2_000_000, end_time_ns=end, attributes={"reward": reward})
+        s.finish(
+            status="success",
+            trajectories=[{"chain_id": 1, "reward_score": reward, "num_turns": turn_index}],
+            runner_name="demo",
+            reward_source="rule",
+            finished=True,
+        )
         return reward
 
 

@@ -9,6 +9,7 @@ reads well in other backends. ``docs/protocol.md`` lists every attribute.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -83,12 +84,18 @@ class TurnHandle(_Handle):
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
         tools: str | Sequence[str] | None = None,
-        tool_args: Any = None,
+        tool_args: str | Mapping[str, Any] | None = None,
         content: str | None = None,
         reasoning: str | None = None,
     ) -> None:
-        """Set the Turn details fields, each with its GenAI twin; None leaves a field unset."""
-        tool_names = None if tools is None else tools if isinstance(tools, str) else ",".join(map(str, tools))
+        """Set the Turn details fields, each with its GenAI twin; None leaves a field unset.
+
+        ``tools`` is a name or a list of names (joined with ``,``); ``tool_args`` a
+        JSON string or a mapping (serialised to JSON).
+        """
+        tool_names = None if tools is None else tools if isinstance(tools, str) else ",".join(map(to_text, tools))
+        if tool_args is not None and not isinstance(tool_args, str):
+            tool_args = json.dumps(tool_args, default=to_text, ensure_ascii=False)
         values = {
             "finish_reason": finish_reason,
             "gen_ai.response.finish_reasons": (finish_reason,) if finish_reason is not None else None,

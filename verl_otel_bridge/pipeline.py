@@ -65,7 +65,7 @@ def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
         return Pipeline(rl_insight, _memory(local), rl_insight, queue, {})
     name = config.fallback if config.exporter == "auto" else config.exporter
     why = (
-        f"exporter=auto with rl_insight_enable=false (VERL_RL_INSIGHT_ENABLE=0), so the fallback {name!r}"
+        f"exporter=auto with rl_insight_enable=false (VERL_RL_INSIGHT_ENABLE=0, or a verl config whose trainer.logger lacks rl_insight), so {name!r}"
         if config.exporter == "auto"
         else f"exporter={name!r} configured"
     )

@@ -11,13 +11,15 @@ from verl_otel_bridge.identity import IDENTITY_KEYS
 from verl_otel_bridge.records import span_to_record
 
 _SHOWN_IDENTITY = ("sample", "session", "traj", "global_steps", "uid")
+# Bookkeeping and GenAI twins of attributes already shown.
+_HIDDEN_PREFIXES = ("monitor.", "gen_ai.", "otel.")
 
 
 def render_tree(spans: Iterable[ReadableSpan | Mapping[str, Any]], *, max_attributes: int = 6) -> str:
     """An indented tree of ``spans`` (SDK spans or JSONL records), children under parents.
 
     Each line shows the name, the duration, the identity (sample, session,
-    traj, global_steps, uid) and up to ``max_attributes`` other attributes. Spans
+    traj, global_steps, uid) and up to ``max_attributes`` other attributes (``gen_ai.*``, ``monitor.*`` and ``otel.*`` are left out). Spans
     whose parent is not among ``spans`` are shown as roots, ordered by start.
     """
     records = [span if isinstance(span, Mapping) else span_to_record(span) for span in spans]
@@ -53,7 +55,7 @@ def _line(record: Mapping[str, Any], identity: str, max_attributes: int) -> str:
     others = [
         f"{key}={_short(value)}"
         for key, value in record["attributes"].items()
-        if key not in IDENTITY_KEYS and not key.startswith("monitor.")
+        if key not in IDENTITY_KEYS and not key.startswith(_HIDDEN_PREFIXES)
     ]
     extra = " ".join(others[:max_attributes]) + (" ..." if len(others) > max_attributes else "")
     parts = [f"{record['name']} [{duration}]"]
