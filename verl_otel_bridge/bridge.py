@@ -57,14 +57,18 @@ class Bridge:
     """Owns a ``TracerProvider``, its identity stamping, export queue and exporters.
 
     Usually made by :func:`verl_otel_bridge.configure`; a bridge made directly
-    is shut down at interpreter exit unless :meth:`shutdown` ran first.
+    is shut down at interpreter exit unless :meth:`shutdown` ran first. Given a
+    ``provider`` (see :func:`verl_otel_bridge.instrument`), the bridge adds its
+    processors to that provider instead of making its own, and its shutdown
+    leaves the provider running.
 
     Raises:
         ValueError: the config cannot be used (e.g. an unwritable ``jsonl_path``).
     """
 
-    def __init__(self, config: BridgeConfig | None = None) -> None:
+    def __init__(self, config: BridgeConfig | None = None, *, provider: TracerProvider | None = None) -> None:
         self.config = config if config is not None else BridgeConfig.resolve()
+        self._owns_provider = provider is None
         self.counts = SpanCounts()
         self._once = OnceLogger(logger)
         self._max_attribute_length = self.config.max_attribute_length
@@ -75,7 +79,7 @@ class Bridge:
         if self.config.enabled:
             self._pipeline = build_pipeline(self.config, self.counts)
             self._processor = ExportSpanProcessor(self._pipeline.exporter, self.counts, self._pipeline.queue)
-            self._provider = TracerProvider(
+            self._provider = provider or TracerProvider(
                 resource=Resource.create({"service.name": self.config.service_name}), shutdown_on_exit=False
             )
             self._provider.add_span_processor(IdentitySpanProcessor())
@@ -279,7 +283,8 @@ class Bridge:
         if self._provider is None or self._processor is None:
             return
         self._processor.shutdown(self.config.shutdown_timeout_s if timeout_s is None else timeout_s)
-        self._provider.shutdown()
+        if self._owns_provider:
+            self._provider.shutdown()
         self._log_summary()
 
     def status(self) -> dict[str, Any]:

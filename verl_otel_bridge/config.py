@@ -26,9 +26,11 @@ from packaging.version import InvalidVersion, Version
 ENV_PREFIX = "VERL_OTEL_BRIDGE_"
 
 #: Where spans can go. ``auto`` means RL-Insight when usable, else ``fallback``.
-EXPORTERS = ("auto", "rl_insight", "console", "memory", "jsonl", "none")
+EXPORTERS = ("auto", "rl_insight", "otlp", "console", "memory", "jsonl", "none")
 #: Where spans go when RL-Insight is wanted but not usable.
 FALLBACKS = ("memory", "console", "jsonl", "none")
+#: How spans reach RL-Insight's trace store.
+TRANSPORTS = ("auto", "hub", "otlp")
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -58,10 +60,16 @@ class BridgeConfig:
         enabled: ``False`` turns every span API into a cheap no-op (also set by
             ``OTEL_SDK_DISABLED=true``).
         exporter: ``auto`` (RL-Insight when usable, else ``fallback``),
-            ``rl_insight``, ``console``, ``memory``, ``jsonl`` or ``none``.
+            ``rl_insight``, ``otlp`` (any OTLP/HTTP collector, configured by the
+            ``OTEL_EXPORTER_OTLP_*`` variables or ``otlp_endpoint``), ``console``,
+            ``memory``, ``jsonl`` or ``none``; or a list (comma-separated in the
+            environment): the first is the primary destination, the others get
+            copies (``auto``/``rl_insight`` can only be first).
         fallback: where spans go when RL-Insight is wanted but unusable:
             ``memory``, ``console``, ``jsonl`` or ``none``.
         jsonl_path: file the ``jsonl`` exporter appends to.
+        otlp_endpoint: traces URL for the ``otlp`` exporter (default: its
+            ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``).
         memory_max_spans: the in-memory exporter keeps only this many of the
             most recent spans.
         project: RL-Insight project and the identity's default ``project``.
@@ -75,6 +83,9 @@ class BridgeConfig:
             ``RL_INSIGHT_SERVER_URL``.
         rl_insight_min_version: the oldest RL-Insight the bridge forwards to.
         rl_insight_config: passed as ``config=`` to ``rl_insight.init``.
+        rl_insight_transport: how spans reach RL-Insight's trace store: ``hub``
+            (``rl_insight.trace_span`` per span), ``otlp`` (batches straight to the
+            endpoint its server advertises) or ``auto`` (otlp when discovered).
         max_queue_size: spans waiting for export; beyond it new spans are
             dropped and counted.
         max_export_batch_size: spans handed to the exporter at once.
@@ -82,12 +93,18 @@ class BridgeConfig:
         shutdown_timeout_s: longest ``shutdown()`` waits for pending exports.
         max_attribute_length: longer string attribute values are truncated,
             with a marker saying how much was cut.
+        redact_attributes: attribute keys whose values are replaced by
+            ``[REDACTED]`` before any exporter sees them (e.g. ``content``,
+            ``reasoning``, ``tool_args``, ``gen_ai.tool.call.arguments``).
+        reminder_interval_s: while RL-Insight stays unusable, a reminder is
+            logged this often.
     """
 
     enabled: bool = True
-    exporter: str = "auto"
+    exporter: str | tuple[str, ...] = "auto"
     fallback: str = "memory"
     jsonl_path: str = "verl_otel_spans.jsonl"
+    otlp_endpoint: str | None = None
     memory_max_spans: int = 10_000
     project: str | None = None
     experiment_name: str | None = None
@@ -96,14 +113,22 @@ class BridgeConfig:
     rl_insight_server_url: str | None = None
     rl_insight_min_version: str = "0.3.0"
     rl_insight_config: Mapping[str, Any] | None = field(default=None, hash=False)
+    rl_insight_transport: str = "auto"
     max_queue_size: int = 2048
     max_export_batch_size: int = 512
     schedule_delay_ms: int = 1000
     shutdown_timeout_s: float = 10.0
     max_attribute_length: int = 32_768
+    redact_attributes: tuple[str, ...] = ()
+    reminder_interval_s: float = 600.0
 
     def __post_init__(self) -> None:
         _validate(self)
+
+    @property
+    def exporters(self) -> tuple[str, ...]:
+        """``exporter`` as a tuple: the primary first, then the ones that get copies."""
+        return (self.exporter,) if isinstance(self.exporter, str) else tuple(self.exporter)
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -237,10 +262,14 @@ _FIELD_TYPES: dict[str, str] = {
     "schedule_delay_ms": "int",
     "shutdown_timeout_s": "float",
     "max_attribute_length": "int",
+    "reminder_interval_s": "float",
+    "redact_attributes": "str_tuple",
     "rl_insight_config": "mapping",
     "project": "optional_str",
     "experiment_name": "optional_str",
     "rl_insight_server_url": "optional_str",
+    "otlp_endpoint": "optional_str",
+    "exporter": "exporter",
 }
 
 
@@ -260,6 +289,13 @@ def _coerce(key: str, value: Any, where: str) -> Any:
             return float(value)
         if kind == "mapping":
             return _to_mapping(value)
+        if kind == "str_tuple":
+            return _to_str_tuple(value)
+        if kind == "exporter":
+            names = _to_str_tuple(value)
+            if not names:
+                raise ValueError
+            return names[0] if len(names) == 1 else names
         if kind == "optional_str":
             return None if value is None else str(value)
         if not isinstance(value, str):
@@ -272,6 +308,8 @@ def _coerce(key: str, value: Any, where: str) -> Any:
             "int": "an integer",
             "float": "a number",
             "mapping": "a mapping (or a JSON object in the environment)",
+            "str_tuple": "a list of strings (comma-separated in the environment)",
+            "exporter": f"one of {', '.join(EXPORTERS)}, or a list of them",
             "str": "a string",
         }[kind.replace("optional_str", "str")]
         raise ValueError(
@@ -295,6 +333,14 @@ def _to_bool(value: Any, *, optional: bool) -> bool | None:
     raise ValueError
 
 
+def _to_str_tuple(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise TypeError
+
+
 def _to_mapping(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
@@ -309,10 +355,18 @@ def _validate(config: BridgeConfig) -> None:
     def bad(key: str, why: str) -> ValueError:
         return ValueError(f"verl_otel_bridge: {key}={getattr(config, key)!r} {why}")
 
-    if config.exporter not in EXPORTERS:
-        raise bad("exporter", f"is not one of: {', '.join(EXPORTERS)}.")
+    names = config.exporters
+    for name in names:
+        if name not in EXPORTERS:
+            raise bad("exporter", f"names {name!r}, which is not one of: {', '.join(EXPORTERS)}.")
+    if len(set(names)) != len(names):
+        raise bad("exporter", "lists an exporter twice.")
+    if len(names) > 1 and ("none" in names or any(n in ("auto", "rl_insight") for n in names[1:])):
+        raise bad("exporter", "can list 'auto' or 'rl_insight' only first, and 'none' only alone.")
     if config.fallback not in FALLBACKS:
         raise bad("fallback", f"is not one of: {', '.join(FALLBACKS)}.")
+    if config.rl_insight_transport not in TRANSPORTS:
+        raise bad("rl_insight_transport", f"is not one of: {', '.join(TRANSPORTS)}.")
     for key in ("memory_max_spans", "max_queue_size", "max_export_batch_size", "max_attribute_length"):
         if getattr(config, key) < 1:
             raise bad(key, "must be at least 1.")
@@ -320,6 +374,8 @@ def _validate(config: BridgeConfig) -> None:
         raise bad("max_export_batch_size", f"must not exceed max_queue_size ({config.max_queue_size}).")
     if config.schedule_delay_ms < 0:
         raise bad("schedule_delay_ms", "must not be negative.")
+    if config.reminder_interval_s <= 0:
+        raise bad("reminder_interval_s", "must be positive.")
     if config.shutdown_timeout_s <= 0:
         raise bad("shutdown_timeout_s", "must be positive.")
     if not config.jsonl_path:

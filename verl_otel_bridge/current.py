@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
+from opentelemetry.sdk.trace import TracerProvider
+
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
 from verl_otel_bridge.bridge import Bridge, traced_by
 from verl_otel_bridge.config import BridgeConfig
@@ -33,6 +35,26 @@ def configure(config: Mapping[str, Any] | BridgeConfig | None = None, /, **overr
         ValueError: an unknown key or a bad value, naming the key and the fix.
     """
     bridge = Bridge(BridgeConfig.resolve(config, **overrides))
+    previous = set_bridge(bridge)
+    if previous is not None:
+        previous.shutdown()
+    return bridge
+
+
+def instrument(
+    provider: TracerProvider, config: Mapping[str, Any] | BridgeConfig | None = None, /, **overrides: Any
+) -> Bridge:
+    """Add the bridge's identity stamping and exporters to a ``TracerProvider`` the application owns.
+
+    Spans from every tracer of ``provider`` (other instrumented libraries
+    included) then carry the session identity and go where the bridge's config
+    says, besides the provider's own processors. The returned bridge becomes the
+    current one, as with :func:`configure`; its shutdown leaves ``provider`` running.
+
+    Raises:
+        ValueError: as :func:`configure`.
+    """
+    bridge = Bridge(BridgeConfig.resolve(config, **overrides), provider=provider)
     previous = set_bridge(bridge)
     if previous is not None:
         previous.shutdown()

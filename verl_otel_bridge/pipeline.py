@@ -10,14 +10,12 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export_queue import QueueSettings
-from verl_otel_bridge.exporters import (
-    BoundedMemorySpanExporter,
-    CountingSpanExporter,
-    DiscardSpanExporter,
-    JsonlSpanExporter,
-    RLInsightSpanExporter,
-    console_exporter,
-)
+from verl_otel_bridge.exporters.counting import CountingSpanExporter
+from verl_otel_bridge.exporters.fanout import FanOutSpanExporter
+from verl_otel_bridge.exporters.named import INLINE, named_exporter
+from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
+from verl_otel_bridge.exporters.rl_insight import RLInsightSpanExporter
+from verl_otel_bridge.exporters.redacting import RedactingSpanExporter
 
 
 @dataclass
@@ -41,48 +39,48 @@ class Pipeline:
 
 def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
     """Build the exporter chain for ``config``; raises ``ValueError`` for unusable settings."""
-    queue = QueueSettings(
+    primary, *others = config.exporters
+    pipeline = _primary(primary, config, counts)
+    if others:
+        copies = {name: named_exporter(name, config) for name in others}
+        pipeline.exporter = FanOutSpanExporter(pipeline.exporter, copies, counts)
+        pipeline.memory = pipeline.memory or next(
+            (e for e in copies.values() if isinstance(e, BoundedMemorySpanExporter)), None
+        )
+        if not INLINE.issuperset(others):
+            pipeline.queue = _queue(config)
+    if config.redact_attributes:
+        pipeline.exporter = RedactingSpanExporter(pipeline.exporter, config.redact_attributes)
+    return pipeline
+
+
+def _primary(name: str, config: BridgeConfig, counts: SpanCounts) -> Pipeline:
+    if name == "rl_insight" or (name == "auto" and config.rl_insight_enable is not False):
+        rl_insight = RLInsightSpanExporter(
+            config=config,
+            explicit=name == "rl_insight" or config.rl_insight_enable is True,
+            counts=counts,
+        )
+        return Pipeline(rl_insight, _memory(rl_insight.fallback), rl_insight, _queue(config), {})
+    local_name = config.fallback if name == "auto" else name
+    why = (
+        "exporter=auto with rl_insight_enable=false (VERL_RL_INSIGHT_ENABLE=0, or a verl config whose "
+        f"trainer.logger lacks rl_insight), so {local_name!r}"
+        if name == "auto"
+        else f"exporter={local_name!r} configured"
+    )
+    local = named_exporter(local_name, config)
+    route = {"exporter": local_name, "reason": "configured", "detail": why, "rl_insight_version": None}
+    queue = None if local_name in INLINE else _queue(config)
+    return Pipeline(CountingSpanExporter(local, counts, f"exported.{local_name}"), _memory(local), None, queue, route)
+
+
+def _queue(config: BridgeConfig) -> QueueSettings:
+    return QueueSettings(
         max_size=config.max_queue_size,
         batch_size=config.max_export_batch_size,
         delay_s=config.schedule_delay_ms / 1000,
     )
-    wants_rl_insight = config.exporter == "rl_insight" or (
-        config.exporter == "auto" and config.rl_insight_enable is not False
-    )
-    if wants_rl_insight:
-        local = _local_exporter(config.fallback, config)
-        rl_insight = RLInsightSpanExporter(
-            fallback=local,
-            minimum_version=config.rl_insight_min_version,
-            project=config.project,
-            experiment_name=config.experiment_name,
-            init_config=config.rl_insight_config,
-            server_url=config.rl_insight_server_url,
-            explicit=config.exporter == "rl_insight" or config.rl_insight_enable is True,
-            counts=counts,
-            fallback_name=config.fallback,
-        )
-        return Pipeline(rl_insight, _memory(local), rl_insight, queue, {})
-    name = config.fallback if config.exporter == "auto" else config.exporter
-    why = (
-        f"exporter=auto with rl_insight_enable=false (VERL_RL_INSIGHT_ENABLE=0, or a verl config whose trainer.logger lacks rl_insight), so {name!r}"
-        if config.exporter == "auto"
-        else f"exporter={name!r} configured"
-    )
-    local = _local_exporter(name, config)
-    inline = name in ("memory", "none")
-    route = {"exporter": name, "reason": "configured", "detail": why, "rl_insight_version": None}
-    return Pipeline(CountingSpanExporter(local, counts, f"exported.{name}"), _memory(local), None, None if inline else queue, route)
-
-
-def _local_exporter(name: str, config: BridgeConfig) -> SpanExporter:
-    if name == "memory":
-        return BoundedMemorySpanExporter(config.memory_max_spans)
-    if name == "jsonl":
-        return JsonlSpanExporter(config.jsonl_path)
-    if name == "console":
-        return console_exporter()
-    return DiscardSpanExporter()
 
 
 def _memory(exporter: SpanExporter) -> BoundedMemorySpanExporter | None:

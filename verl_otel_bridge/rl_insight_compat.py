@@ -204,6 +204,26 @@ def finish(module: ModuleType) -> None:
             _INIT.calls = 0
 
 
+def config_server_url(config: Mapping[str, Any] | None) -> str | None:
+    """``config["server"]["url"]``, which ``rl_insight.init`` also accepts, if set."""
+    server = (config or {}).get("server")
+    url = server.get("url") if isinstance(server, Mapping) else None
+    return str(url).strip() or None if url else None
+
+
+def with_server_url(config: Mapping[str, Any] | None, server_url: str | None) -> dict[str, Any]:
+    """``config`` for ``rl_insight.init`` with ``server.url`` set to ``server_url`` (when given).
+
+    ``rl_insight.init`` reads the URL only from ``RL_INSIGHT_SERVER_URL`` or
+    ``config["server"]["url"]``, so a URL given to the bridge must travel there.
+    """
+    merged = dict(config or {})
+    if server_url:
+        server = merged.get("server")
+        merged["server"] = {**(dict(server) if isinstance(server, Mapping) else {}), "url": server_url}
+    return merged
+
+
 def init_calls() -> int:
     """How many times this process called ``rl_insight.init`` (0 or 1)."""
     return _INIT.calls

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,7 +13,9 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge import rl_insight_compat
 from verl_otel_bridge.accounting import SpanCounts
-from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
+from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.exporters.named import named_exporter
+from verl_otel_bridge.exporters.rl_insight_otlp import DEFAULT_NAMESPACE, OtlpTransport
 from verl_otel_bridge.logs import OnceLogger, Reminder
 from verl_otel_bridge.rl_insight_compat import Probe
 from verl_otel_bridge.rl_insight_sessions import is_session_span, publish_session_gauges
@@ -28,6 +31,7 @@ STATUS_CODE_ATTRIBUTE = "otel.status_code"
 STATUS_DESCRIPTION_ATTRIBUTE = "otel.status_description"
 
 
+
 class RLInsightSpanExporter(SpanExporter):
     """A ``SpanExporter`` that calls ``rl_insight.trace_span`` for each span.
 
@@ -41,54 +45,59 @@ class RLInsightSpanExporter(SpanExporter):
     sends that span and the rest of its batch to the fallback. Nothing here
     raises into the caller.
 
+    ``transport`` picks how spans reach RL-Insight's trace store (see
+    :mod:`verl_otel_bridge.exporters.rl_insight_otlp`): ``hub`` calls
+    ``rl_insight.trace_span`` per span; ``otlp`` sends batches straight to the
+    endpoint RL-Insight's server advertises, as the hub would, keeping real
+    parent/child ids; ``auto`` (default) uses ``otlp`` when the endpoint is
+    discovered and ``hub`` otherwise. A failed OTLP export goes through the hub.
+
     ``agent_session`` spans made by the bridge's sessions also publish RL-Insight's
     agent-loop dashboard gauges (see :mod:`verl_otel_bridge.rl_insight_sessions`);
     RL-Insight still receives exactly one ``agent_session`` span per session,
     with the session's real start and end.
 
     Args:
-        fallback: where spans go when RL-Insight is unusable.
-        minimum_version: the oldest RL-Insight forwarded to.
-        project: passed to ``rl_insight.init``.
-        experiment_name: passed to ``rl_insight.init``.
-        init_config: passed as ``config=`` to ``rl_insight.init``.
-        server_url: RL-Insight server; defaults to ``RL_INSIGHT_SERVER_URL``.
+        fallback: where spans go when RL-Insight is unusable; default: the
+            config's ``fallback`` (a bounded in-memory exporter by default).
+        minimum_version: the oldest RL-Insight forwarded to; default: the
+            config's ``rl_insight_min_version`` (0.3.0).
+        config: project, experiment, server URL, ``rl_insight.init`` config,
+            transport and reminder interval; default: read from the environment
+            (so ``OTEL_TRACES_EXPORTER=rl_insight`` works with no arguments).
         explicit: RL-Insight was asked for by name, so being unusable is a
             WARNING; under ``auto`` it is an INFO.
         counts: where outcomes are counted (``exported.rl_insight``,
             ``fallback``, ``failed``); a private counter when None.
-        fallback_name: how :meth:`status` names the fallback.
-        reminder_interval_s: while unusable, a reminder is logged this often.
     """
 
     def __init__(
         self,
         fallback: SpanExporter | None = None,
-        minimum_version: str = "0.3.0",
+        minimum_version: str | None = None,
         *,
-        project: str | None = None,
-        experiment_name: str | None = None,
-        init_config: Mapping[str, Any] | None = None,
-        server_url: str | None = None,
+        config: BridgeConfig | None = None,
         explicit: bool = True,
         counts: SpanCounts | None = None,
-        fallback_name: str | None = None,
-        reminder_interval_s: float = 600.0,
     ) -> None:
-        self.fallback = fallback if fallback is not None else BoundedMemorySpanExporter()
-        self.fallback_name = fallback_name or type(self.fallback).__name__
-        self.minimum_version = minimum_version
-        self.project = project
-        self.experiment_name = experiment_name
-        self.init_config = init_config
-        self.server_url = server_url
+        config = config if config is not None else BridgeConfig.resolve()
+        self.fallback = fallback if fallback is not None else named_exporter(config.fallback, config)
+        self.fallback_name = config.fallback if fallback is None else type(fallback).__name__
+        self.minimum_version = minimum_version or config.rl_insight_min_version
+        self.project = config.project
+        self.experiment_name = config.experiment_name
+        self.init_config = config.rl_insight_config
+        self.server_url = config.rl_insight_server_url
+        self.transport = config.rl_insight_transport
         self.explicit = explicit
         self.counts = counts if counts is not None else SpanCounts()
         self._lock = threading.Lock()
         self._static: Probe | None = None
         self._last: Probe | None = None
         self._once = OnceLogger(logger)
-        self._reminder = Reminder(logger, reminder_interval_s)
+        self._reminder = Reminder(logger, config.reminder_interval_s)
+        self._otlp: OtlpTransport | None = None
+        self._last_transport: str | None = None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
@@ -98,16 +107,26 @@ class RLInsightSpanExporter(SpanExporter):
             self._note_unusable(probe)
         if not probe.usable or probe.module is None:
             return self._to_fallback(spans)
-        trace_span = probe.module.trace_span
-        for index, span in enumerate(spans):
+        attributes = [forwarded_attributes(span) for span in spans]
+        for span in spans:
             if is_session_span(span):
                 self._publish_gauges(probe, span)
+        if self._otlp_ready() and self._send_otlp(spans, attributes):
+            return SpanExportResult.SUCCESS
+        return self._send_hub(probe, spans, attributes)
+
+    def _send_hub(
+        self, probe: Probe, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]
+    ) -> SpanExportResult:
+        self._last_transport = "hub"
+        trace_span = probe.module.trace_span  # type: ignore[union-attr]
+        for index, span in enumerate(spans):
             try:
                 trace_span(
                     name=span.name,
                     start_time_ns=span.start_time,
                     end_time_ns=span.end_time,
-                    attributes=forwarded_attributes(span),
+                    attributes=attributes[index],
                 )
             except Exception as exc:  # noqa: BLE001
                 self.counts.add("exported.rl_insight", index)
@@ -126,16 +145,61 @@ class RLInsightSpanExporter(SpanExporter):
         self.counts.add("exported.rl_insight", len(spans))
         return SpanExportResult.SUCCESS
 
+    def _otlp_ready(self) -> bool:
+        if self.transport == "hub":
+            return False
+        if self._otlp is None:
+            config = dict(self.init_config or {})
+            server = config.get("server") if isinstance(config.get("server"), Mapping) else {}
+            url = self.server_url or os.environ.get(rl_insight_compat.SERVER_URL_ENV, "") or server.get("url", "")
+            self._otlp = OtlpTransport(
+                str(url).strip(),
+                namespace=str(server.get("namespace") or DEFAULT_NAMESPACE),
+                labels={"project": self.project, "experiment_name": self.experiment_name},
+            )
+        ready = self._otlp.available()
+        if not ready and self.transport == "otlp":
+            self._once.log(
+                "otlp-unavailable",
+                logging.WARNING,
+                "rl_insight_transport=otlp but the trace endpoint is not available (%s); using the hub meanwhile",
+                self._otlp.last_error,
+            )
+        return ready
+
+    def _send_otlp(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> bool:
+        assert self._otlp is not None
+        if self._otlp.send(spans, attributes):
+            self._last_transport = "otlp"
+            self.counts.add("exported.rl_insight_otlp", len(spans))
+            return True
+        self.counts.add("otlp_failed_batches")
+        self._once.log(
+            "otlp-failed",
+            logging.WARNING,
+            "sending %d spans to %s failed (%s); they go through RL-Insight's hub, and the endpoint is retried "
+            "with backoff",
+            len(spans),
+            self._otlp.endpoint,
+            self._otlp.last_error,
+        )
+        return False
+
     def probe(self, *, initialize: bool = False) -> Probe:
         """Check RL-Insight now; with ``initialize``, also run ``rl_insight.init`` once if needed."""
         with self._lock:
             if self._static is None:
                 self._static = rl_insight_compat.probe_module(self.minimum_version)
             static = self._static
-        probe = rl_insight_compat.check_runtime(static, self.server_url)
+        probe = rl_insight_compat.check_runtime(
+            static, self.server_url or rl_insight_compat.config_server_url(self.init_config)
+        )
         if initialize and probe.usable:
             probe = rl_insight_compat.ensure_initialized(
-                probe, project=self.project, experiment_name=self.experiment_name, config=self.init_config
+                probe,
+                project=self.project,
+                experiment_name=self.experiment_name,
+                config=rl_insight_compat.with_server_url(self.init_config, self.server_url),
             )
         self._last = probe
         if not probe.usable:
@@ -146,8 +210,12 @@ class RLInsightSpanExporter(SpanExporter):
         """Where spans go and why, RL-Insight's version, and the counters."""
         probe = self._last or self.probe()
         route = "rl_insight" if probe.usable else f"{self.fallback_name} (fallback)"
+        otlp = self._otlp
         return {
             "exporter": route,
+            "rl_insight_transport": self._last_transport or self.transport,
+            "otlp_endpoint": otlp.endpoint if otlp is not None else None,
+            "otlp_error": otlp.last_error if otlp is not None else None,
             "reason": probe.reason,
             "detail": probe.detail,
             "rl_insight_version": probe.version,
@@ -203,6 +271,8 @@ class RLInsightSpanExporter(SpanExporter):
         return self.fallback.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
+        if self._otlp is not None:
+            self._otlp.shutdown()
         self.fallback.shutdown()
 
 

@@ -1,0 +1,197 @@
+"""Sending spans straight to the trace endpoint RL-Insight's server advertises, over OTLP/HTTP.
+
+RL-Insight's hub only re-exports each ``trace_span`` event over OTLP/HTTP to
+``http://<server host>:<otlp_port>/v1/traces``, with resource ``service.name`` =
+its namespace, after adding ``process_id`` and the ``init`` labels. One Ray call
+per span into one hub actor caps delivery at a few hundred spans per second and
+flattens every span into a root. This transport asks the server for the same
+endpoint (``GET {server}/api/v1/services``) and sends batches there itself, with
+the same resource and attributes as the hub would add, and real trace and parent
+ids, so RL-Insight's dashboards cannot tell the difference.
+
+Discovery runs on the export thread, once, with a short timeout; after a
+failure it is retried with exponential backoff (1 s doubling to 60 s), and so
+is the endpoint after a failed export. While either is down the RL-Insight
+exporter uses the hub.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlparse
+
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+logger = logging.getLogger("verl_otel_bridge.exporters.rl_insight_otlp")
+
+#: RL-Insight's default namespace: the hub's resource ``service.name``.
+DEFAULT_NAMESPACE = "rl_insight_monitor"
+SERVICES_PATH = "/api/v1/services"
+TRACES_PATH = "/v1/traces"
+
+_BACKOFF_START_S = 1.0
+_BACKOFF_MAX_S = 60.0
+
+
+def discover_trace_endpoint(server_url: str, timeout_s: float) -> str | None:
+    """The OTLP/HTTP traces URL RL-Insight's server advertises, or None if it advertises none.
+
+    Raises:
+        OSError: the server did not answer (``urllib.error.URLError`` is an ``OSError``).
+        ValueError: the answer is not the expected JSON object.
+    """
+    base = server_url.rstrip("/")
+    with urllib.request.urlopen(f"{base}{SERVICES_PATH}", timeout=timeout_s) as response:  # noqa: S310
+        data = json.loads(response.read().decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{SERVICES_PATH} answered {type(data).__name__}, not an object")
+    port = data.get("otlp_port")
+    if not port:
+        return None
+    parsed = urlparse(base)
+    host = parsed.hostname or ""
+    if not host:
+        raise ValueError(f"cannot read a host from {server_url!r}")
+    host = f"[{host}]" if ":" in host else host
+    return f"{parsed.scheme or 'http'}://{host}:{int(port)}{TRACES_PATH}"
+
+
+class _Backoff:
+    """When the next attempt at something that failed is allowed."""
+
+    def __init__(self) -> None:
+        self.delay_s = 0.0
+        self.next_at = 0.0
+
+    def ready(self) -> bool:
+        return time.monotonic() >= self.next_at
+
+    def failed(self) -> None:
+        self.delay_s = min(_BACKOFF_MAX_S, max(_BACKOFF_START_S, self.delay_s * 2))
+        self.next_at = time.monotonic() + self.delay_s
+
+    def succeeded(self) -> None:
+        self.delay_s = 0.0
+        self.next_at = 0.0
+
+
+class OtlpTransport:
+    """Discovers RL-Insight's trace endpoint and sends span batches there as the hub would.
+
+    Args:
+        server_url: RL-Insight's server URL.
+        namespace: the resource ``service.name`` (RL-Insight's ``server.namespace``).
+        labels: what the hub adds to every span (``project``, ``experiment_name``).
+        timeout_s: for discovery and for each export request.
+        exporter: an OTLP exporter to use instead of building one (tests).
+    """
+
+    def __init__(
+        self,
+        server_url: str,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        labels: Mapping[str, Any] | None = None,
+        timeout_s: float = 5.0,
+        exporter: SpanExporter | None = None,
+    ) -> None:
+        self.server_url = server_url
+        self.namespace = namespace
+        self.timeout_s = timeout_s
+        self._labels = {k: v for k, v in (labels or {}).items() if v is not None}
+        self._resource = Resource.create({SERVICE_NAME: namespace})
+        self._exporter = exporter
+        self._endpoint: str | None = None
+        self._lock = threading.Lock()
+        self._discovery = _Backoff()
+        self._sending = _Backoff()
+        self.last_error: str | None = None
+        self.discovered = False
+
+    @property
+    def endpoint(self) -> str | None:
+        """The trace endpoint, once discovered."""
+        return self._endpoint
+
+    def available(self) -> bool:
+        """Discover if needed (never more often than the backoff allows); True when sending may be tried."""
+        with self._lock:
+            if self._exporter is None and self._endpoint is None:
+                if not self._discovery.ready():
+                    return False
+                self._discover()
+            return (self._exporter is not None) and self._sending.ready()
+
+    def send(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> bool:
+        """Export ``spans`` with ``attributes`` (one mapping per span) in one request; True if accepted."""
+        exporter = self._exporter
+        if exporter is None:
+            return False
+        rewritten = [self._as_hub_would(span, attrs) for span, attrs in zip(spans, attributes)]
+        try:
+            ok = exporter.export(rewritten) is SpanExportResult.SUCCESS
+        except Exception as exc:  # noqa: BLE001
+            ok = False
+            self.last_error = f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            if ok:
+                self._sending.succeeded()
+            else:
+                self._sending.failed()
+                self.last_error = self.last_error or f"export to {self._endpoint} failed"
+        return ok
+
+    def shutdown(self) -> None:
+        """Shut the OTLP exporter down."""
+        if self._exporter is not None:
+            self._exporter.shutdown()
+
+    def _discover(self) -> None:
+        try:
+            endpoint = discover_trace_endpoint(self.server_url, self.timeout_s)
+        except (OSError, ValueError) as exc:
+            self._discovery.failed()
+            self.last_error = f"discovery at {self.server_url}{SERVICES_PATH} failed: {exc}"
+            logger.info("%s; retrying in %.0f s, spans use the hub meanwhile", self.last_error, self._discovery.delay_s)
+            return
+        self.discovered = True
+        if endpoint is None:
+            self._discovery.failed()
+            self.last_error = "RL-Insight's server advertises no otlp_port"
+            return
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:
+            self._discovery.failed()
+            self.last_error = f"opentelemetry-exporter-otlp-proto-http is not installed ({exc})"
+            return
+        self._endpoint = endpoint
+        self._exporter = OTLPSpanExporter(endpoint=endpoint, timeout=self.timeout_s)
+        self._discovery.succeeded()
+        logger.info("RL-Insight trace endpoint discovered: %s (spans go there directly)", endpoint)
+
+    def _as_hub_would(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> ReadableSpan:
+        merged = {"process_id": str(os.getpid()), **self._labels, **attributes}
+        return ReadableSpan(
+            name=span.name,
+            context=span.get_span_context(),
+            parent=span.parent,
+            resource=self._resource,
+            attributes=merged,
+            events=span.events,
+            links=span.links,
+            kind=span.kind,
+            status=span.status,
+            start_time=span.start_time,
+            end_time=span.end_time,
+            instrumentation_scope=span.instrumentation_scope,
+        )
