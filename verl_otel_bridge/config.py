@@ -203,6 +203,32 @@ class BridgeConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def value_sources(
+    config: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> dict[str, str]:
+    """Where each key's value comes from under :meth:`BridgeConfig.resolve`'s precedence.
+
+    Returns ``{key: "default" | "environment VARIABLE" | "config" | "keyword"}``.
+    """
+    env = os.environ if environ is None else environ
+    sources = {key: "default" for key in BridgeConfig.keys()}
+    for key, aliases in _env_aliases().items():
+        for alias in aliases:
+            if env.get(alias, "").strip():
+                sources[key] = f"environment {alias}"
+    for key in BridgeConfig.keys():
+        if f"{ENV_PREFIX}{key.upper()}" in env:
+            sources[key] = f"environment {ENV_PREFIX}{key.upper()}"
+    for key in config or {}:
+        sources[str(key)] = "config"
+    for key in overrides:
+        sources[key] = "keyword"
+    return sources
+
+
 def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     """Config values found in ``environ`` (prefixed variables win over aliases).
 
