@@ -14,14 +14,25 @@ spans never start, so they are outside the equation.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from typing import Any
 
 
 class SpanCounts:
-    """Thread-safe named counters (``"started"``, ``"exported.memory"``, ...)."""
+    """Thread-safe named counters (``"started"``, ``"exported.memory"``, ...).
+
+    A forked child starts from zero: its counters describe its own spans (the
+    parent's queued spans stay with the parent).
+    """
 
     def __init__(self) -> None:
+        self._reset()
+        ref = weakref.WeakMethod(self._reset)
+        os.register_at_fork(after_in_child=lambda: (m := ref()) is not None and m())
+
+    def _reset(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
 
@@ -52,5 +63,6 @@ class SpanCounts:
 
 def balance(snapshot: dict[str, Any]) -> int:
     """``ended`` minus every terminal bucket: 0 when no span is unaccounted for."""
-    terminal = sum(snapshot["exported"].values()) + snapshot["fallback"] + snapshot["dropped"] + snapshot["failed"]
-    return int(snapshot["ended"]) - terminal
+    terminal: int = sum(snapshot["exported"].values()) + snapshot["fallback"] + snapshot["dropped"] + snapshot["failed"]
+    ended: int = snapshot["ended"]
+    return ended - terminal

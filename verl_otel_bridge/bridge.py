@@ -10,7 +10,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -175,7 +175,13 @@ class Bridge:
             name, attributes=self.clean_attributes(attributes) if attributes else None
         )
 
-    def traced(self, name: str | Callable[..., Any] | None = None, **attributes: Any) -> Any:
+    @overload
+    def traced(self, name: F, /) -> F: ...
+
+    @overload
+    def traced(self, name: str | None = None, /, **attributes: Any) -> Callable[[F], F]: ...
+
+    def traced(self, name: str | Callable[..., Any] | None = None, /, **attributes: Any) -> Any:
         """Decorator: run each call of a sync or async function inside ``span(name)``.
 
         ``name`` defaults to the function's qualified name; ``@bridge.traced``

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -17,6 +17,8 @@ from verl_otel_bridge.identity import SessionIdentity
 from verl_otel_bridge.session import Session
 
 logger = logging.getLogger("verl_otel_bridge")
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _current: Bridge | None = None
 _lock = threading.Lock()
@@ -126,7 +128,15 @@ def resume(identity: SessionIdentity | Mapping[str, Any]) -> AbstractContextMana
     return get_bridge().resume(identity)
 
 
-def traced(name: Any = None, **attributes: Any) -> Any:
+@overload
+def traced(name: F, /) -> F: ...
+
+
+@overload
+def traced(name: str | None = None, /, **attributes: Any) -> Callable[[F], F]: ...
+
+
+def traced(name: Any = None, /, **attributes: Any) -> Any:
     """Like :meth:`Bridge.traced`, but uses whichever bridge is current at each call."""
     return traced_by(get_bridge, name, attributes)
 

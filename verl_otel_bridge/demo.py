@@ -17,6 +17,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Mapping
 
 import verl_otel_bridge as vob
 from verl_otel_bridge.tree import render_tree
@@ -37,7 +38,7 @@ async def fake_llm(rng: random.Random, turn: int) -> dict[str, object]:
 
 
 @vob.traced("tool_call")
-async def run_tool(name: str, args: dict[str, object]) -> str:
+async def run_tool(name: str, args: Mapping[str, object]) -> str:
     """A tool's own work; ``traced`` makes it a span inside whatever session is current."""
     await asyncio.sleep(0.003)
     return f"{name} result for {json.dumps(args)}"

@@ -58,6 +58,7 @@ class ExportQueue:
         self._items: collections.deque[ReadableSpan] = collections.deque()
         self._enqueued = 0
         self._settled = 0
+        self._in_flight = 0
         self._stopping = False
         self._wake = threading.Event()
         self._worker = threading.Thread(target=self._run, name="verl-otel-bridge-export", daemon=True)
@@ -89,7 +90,11 @@ class ExportQueue:
             ) and self._settled >= target
 
     def shutdown(self, timeout_s: float) -> int:
-        """Export what is queued, stop the worker; returns spans abandoned on timeout."""
+        """Export what is queued, stop the worker; returns spans abandoned on timeout.
+
+        Abandoned means still queued, or in the batch the exporter has not returned
+        from (if a hung exporter ever returns, that batch may be counted twice).
+        """
         with self._cond:
             self._stopping = True
         self._wake.set()
@@ -97,7 +102,7 @@ class ExportQueue:
         if not self._worker.is_alive():
             return 0
         with self._cond:
-            abandoned = len(self._items)
+            abandoned = len(self._items) + self._in_flight
             self._items.clear()
         logger.warning(
             "export did not finish within %.1f s; %d queued spans abandoned (the exporter may be hung)",
@@ -117,12 +122,14 @@ class ExportQueue:
                         break
                     count = min(self._batch_size, len(self._items))
                     batch = [self._items.popleft() for _ in range(count)]
+                    self._in_flight = count
                 try:
                     self._export(batch)
                 except Exception:  # noqa: BLE001 - the worker must survive any exporter
                     logger.exception("exporting a batch of %d spans raised", len(batch))
                 with self._cond:
                     self._settled += len(batch)
+                    self._in_flight = 0
                     self._cond.notify_all()
             if stopping:
                 return

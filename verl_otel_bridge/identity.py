@@ -133,7 +133,7 @@ class SessionIdentity:
     @classmethod
     def _from_values(cls, values: dict[str, Any]) -> SessionIdentity:
         attributes = {key: to_attribute_value(value) for key, value in values.items()}
-        return cls(**values, attributes=attributes)
+        return cls(**values, attributes={k: v for k, v in attributes.items() if v is not None})
 
     def to_dict(self) -> dict[str, Any]:
         """The identity as RL-Insight's ``agent_loop_session(...).identity`` dict."""

@@ -51,6 +51,7 @@ class ExportSpanProcessor(SpanProcessor):
         self.exporter = exporter
         self.counts = counts
         self.queue = ExportQueue(self.export_batch, queue) if queue is not None else None
+        self._shut_down = False
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         self.counts.add("started")
@@ -75,7 +76,15 @@ class ExportSpanProcessor(SpanProcessor):
         return flushed and self.exporter.force_flush(timeout_millis)
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Flush what is queued (bounded by ``timeout_s``) and shut the exporter down."""
+        """Flush what is queued (bounded by ``timeout_s``) and shut the exporter down.
+
+        Idempotent: ``TracerProvider.shutdown()`` calls it again (with the 30 s
+        default) after ``Bridge.shutdown`` did, and a hung exporter must not be
+        waited for twice.
+        """
+        if self._shut_down:
+            return
+        self._shut_down = True
         if self.queue is not None:
             self.counts.add("dropped", self.queue.shutdown(timeout_s))
         self.exporter.shutdown()

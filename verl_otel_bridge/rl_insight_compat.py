@@ -164,6 +164,14 @@ class _InitOnce:
 _INIT = _InitOnce()
 
 
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have held the lock during rl_insight.init.
+    _INIT.lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def ensure_initialized(
     probe: Probe,
     *,

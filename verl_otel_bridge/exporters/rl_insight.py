@@ -149,8 +149,8 @@ class RLInsightSpanExporter(SpanExporter):
         if self.transport == "hub":
             return False
         if self._otlp is None:
-            config = dict(self.init_config or {})
-            server = config.get("server") if isinstance(config.get("server"), Mapping) else {}
+            section = (self.init_config or {}).get("server")
+            server: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
             url = self.server_url or os.environ.get(rl_insight_compat.SERVER_URL_ENV, "") or server.get("url", "")
             self._otlp = OtlpTransport(
                 str(url).strip(),
