@@ -9,15 +9,14 @@ reads well in other backends. ``docs/protocol.md`` lists every attribute.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span
 
-from verl_otel_bridge.attributes import to_text
+from verl_otel_bridge.attributes import _to_json, to_text
 from verl_otel_bridge.identity import current_identity
 from verl_otel_bridge.session import TRACE_SOURCE_ATTRIBUTE
 
@@ -93,9 +92,15 @@ class TurnHandle(_Handle):
         ``tools`` is a name or a list of names (joined with ``,``); ``tool_args`` a
         JSON string or a mapping (serialised to JSON).
         """
-        tool_names = None if tools is None else tools if isinstance(tools, str) else ",".join(map(to_text, tools))
+        tool_names = (
+            None if tools is None else tools if isinstance(tools, str)
+            else ",".join(map(to_text, tools)) if isinstance(tools, Iterable) else to_text(tools)
+        )
         if tool_args is not None and not isinstance(tool_args, str):
-            tool_args = json.dumps(tool_args, default=to_text, ensure_ascii=False)
+            try:
+                tool_args = _to_json(tool_args)
+            except Exception:  # noqa: BLE001 - e.g. a cycle; the caller must not see it
+                tool_args = to_text(tool_args)
         values = {
             "finish_reason": finish_reason,
             "gen_ai.response.finish_reasons": (finish_reason,) if finish_reason is not None else None,
@@ -136,7 +141,7 @@ def task_span(bridge: Bridge, name: str, attributes: Mapping[str, Any]) -> Itera
 def turn_span(bridge: Bridge, turn: Any, turn_type: str, attributes: Mapping[str, Any]) -> Iterator[TurnHandle]:
     """An ``agent_turn`` span with an integer ``turn`` (the dashboard compares it as a number)."""
     base = {
-        "turn": _turn_number(turn),
+        "turn": _turn_number(bridge, turn),
         "type": turn_type,
         GEN_AI_OPERATION: TURN_OPERATIONS.get(turn_type, turn_type),
         **_conversation(),
@@ -152,11 +157,14 @@ def _conversation() -> dict[str, str]:
     return {GEN_AI_CONVERSATION_ID: identity.session_id}
 
 
-def _turn_number(turn: Any) -> Any:
+def _turn_number(bridge: Bridge, turn: Any) -> Any:
     try:
         return int(turn)
-    except (TypeError, ValueError, OverflowError):
-        logger.warning("turn=%r is not an integer; the dashboard will not show this turn", turn)
+    except Exception:  # noqa: BLE001 - whatever int() raises, the caller must not see it
+        bridge.counts.add("converted")
+        bridge._once.log(
+            "turn:not-int", logging.WARNING, "turn=%r is not an integer; the dashboard will not show this turn", turn
+        )
         return to_text(turn)
 
 

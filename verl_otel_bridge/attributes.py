@@ -87,6 +87,7 @@ def _convert(value: Any, max_length: int | None, key: str, on_convert: ConvertHo
     if isinstance(value, _PRIMITIVES):  # subclasses such as numpy.float64 or IntEnum
         if isinstance(value, str):
             return _truncate(str(value), max_length, key, on_convert)
+        _note(on_convert, "scalar", key)
         return bool(value) if isinstance(value, bool) else int(value) if isinstance(value, int) else float(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         _note(on_convert, "bytes", key)
@@ -95,13 +96,21 @@ def _convert(value: Any, max_length: int | None, key: str, on_convert: ConvertHo
     if callable(item) and getattr(value, "ndim", 0) == 0 and not isinstance(value, (Mapping, list, tuple)):
         scalar = item()
         if isinstance(scalar, _PRIMITIVES):
-            return _convert(scalar, max_length, key, on_convert)
+            _note(on_convert, "scalar", key)
+            if isinstance(scalar, str):
+                return _truncate(str(scalar), max_length, key, on_convert)
+            return bool(scalar) if isinstance(scalar, bool) else int(scalar) if isinstance(scalar, int) else float(scalar)
     if isinstance(value, Mapping):
         _note(on_convert, "mapping", key)
         return _truncate(_to_json(value), max_length, key, on_convert)
     tolist = getattr(value, "tolist", None)
     if callable(tolist):  # numpy arrays
         value = tolist()
+        if isinstance(value, (list, tuple)):
+            converted = _sequence(value, max_length, key, on_convert)
+            if isinstance(converted, tuple):  # (a mixed array was noted as such)
+                _note(on_convert, "array", key)
+            return converted
     if isinstance(value, (list, tuple)):
         return _sequence(value, max_length, key, on_convert)
     if isinstance(value, (set, frozenset)):
@@ -133,7 +142,18 @@ def _truncate(text: str, max_length: int | None, key: str, on_convert: ConvertHo
 
 
 def _to_json(value: Any) -> str:
-    return json.dumps(value, default=to_text, ensure_ascii=False)
+    return json.dumps(_jsonable(value), default=to_text, ensure_ascii=False)
+
+
+def _jsonable(value: Any) -> Any:
+    # Any Mapping (not only dict) as an object, keys json cannot write (tuples, objects) as text.
+    if isinstance(value, Mapping):
+        return {
+            k if k is None or isinstance(k, (str, int, float)) else to_text(k): _jsonable(v) for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 def to_text(value: Any) -> str:

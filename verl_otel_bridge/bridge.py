@@ -82,6 +82,10 @@ class Bridge:
             self._provider = provider or TracerProvider(
                 resource=Resource.create({"service.name": self.config.service_name}), shutdown_on_exit=False
             )
+            if provider is None and getattr(self._provider, "_disabled", False):
+                # The SDK reads OTEL_SDK_DISABLED by itself; the config already did (and
+                # enabled=True or environ={} overrides it), so the bridge's own provider obeys the config.
+                self._provider._disabled = False
             self._provider.add_span_processor(IdentitySpanProcessor())
             self._provider.add_span_processor(self._processor)
             self.tracer: Tracer = self._provider.get_tracer("verl_otel_bridge", __version__)
@@ -211,7 +215,7 @@ class Bridge:
         if not isinstance(identity, SessionIdentity):
             try:
                 identity = SessionIdentity.from_dict(identity)
-            except (ValueError, TypeError, AttributeError) as exc:
+            except Exception as exc:  # noqa: BLE001 - e.g. a mapping whose reads raise; never into the caller
                 self._once.log("resume", logging.WARNING, "resume(): %s; continuing without identity", exc)
                 return using_identity(None)
         return using_identity(identity)

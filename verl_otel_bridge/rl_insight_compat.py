@@ -70,11 +70,11 @@ def probe_module(minimum_version: str) -> Probe:
     try:
         module = importlib.import_module(MODULE_NAME)
     except ModuleNotFoundError as exc:
-        if exc.name not in (MODULE_NAME, None):
-            return Probe(False, "import_failed", f"import rl_insight failed: {exc}", installed=installed)
-        return Probe(False, "not_installed", f"rl-insight is not installed (requires >= {minimum_version})")
+        if exc.name == MODULE_NAME:
+            return Probe(False, "not_installed", f"rl-insight is not installed (requires >= {minimum_version})")
+        return _import_failed(exc, installed, minimum_version)
     except Exception as exc:  # noqa: BLE001 - a broken install must not break the caller
-        return Probe(False, "import_failed", f"import rl_insight raised {type(exc).__name__}: {exc}", installed=installed)
+        return _import_failed(exc, installed, minimum_version)
 
     raw = getattr(module, "__version__", None)
     shown = f"rl-insight {installed or '(version unknown)'}"
@@ -123,6 +123,16 @@ def probe_module(minimum_version: str) -> Probe:
     return Probe(True, "ok", f"rl-insight {raw}", version=str(raw), installed=installed, module=module)
 
 
+def _import_failed(exc: BaseException, installed: str | None, minimum_version: str) -> Probe:
+    # rl-insight 0.1.0's wheel cannot be imported at all (it lacks rl_insight.parser),
+    # so its package metadata is the only place its version can be read.
+    detail = (
+        f"rl-insight {installed or '(version unknown)'} is installed but import rl_insight raised "
+        f"{type(exc).__name__}: {exc}; requires >= {minimum_version}"
+    )
+    return Probe(False, "import_failed", detail, installed=installed)
+
+
 def check_runtime(probe: Probe, server_url: str | None) -> Probe:
     """Check the preconditions RL-Insight needs but does not report: server URL and Ray."""
     if not probe.usable:
@@ -159,6 +169,8 @@ class _InitOnce:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.calls = 0
+        #: Why the one ``init`` call failed, kept so later checks still say it.
+        self.error: str | None = None
 
 
 _INIT = _InitOnce()
@@ -196,10 +208,12 @@ def ensure_initialized(
             try:
                 module.init(project=project, experiment_name=experiment_name, config=dict(config or {}))
             except Exception as exc:  # noqa: BLE001
-                return _with(probe, "init_failed", f"rl_insight.init raised {type(exc).__name__}: {exc}")
+                _INIT.error = f"rl_insight.init raised {type(exc).__name__}: {exc}"
+                return _with(probe, "init_failed", _INIT.error)
         state = is_initialized(module)
+        error = _INIT.error
     if state is False:
-        return _with(probe, "init_failed", "RL-Insight monitoring is off after init (init failed, see RL-Insight's log, or rl_insight.finish() ran)")
+        return _with(probe, "init_failed", error or "RL-Insight monitoring is off after init (init failed, see RL-Insight's log, or rl_insight.finish() ran)")
     return probe
 
 
@@ -210,6 +224,7 @@ def finish(module: ModuleType) -> None:
             module.finish()
         finally:
             _INIT.calls = 0
+            _INIT.error = None
 
 
 def config_server_url(config: Mapping[str, Any] | None) -> str | None:
