@@ -13,9 +13,9 @@ Quick start::
 
 __version__ = "0.1.0"
 
-from verl_otel_bridge.bridge import Bridge  # noqa: E402
-from verl_otel_bridge.config import BridgeConfig  # noqa: E402
-from verl_otel_bridge.current import (  # noqa: E402
+from verl_otel_bridge.bridge import Bridge
+from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.current import (
     configure,
     force_flush,
     get_bridge,
@@ -31,8 +31,8 @@ from verl_otel_bridge.current import (  # noqa: E402
     traced,
     turn,
 )
-from verl_otel_bridge.identity import SessionIdentity, current_identity  # noqa: E402
-from verl_otel_bridge.session import Session  # noqa: E402
+from verl_otel_bridge.identity import SessionIdentity, current_identity
+from verl_otel_bridge.session import Session
 
 __all__ = [
     "Bridge",

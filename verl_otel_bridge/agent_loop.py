@@ -93,8 +93,13 @@ class TurnHandle(_Handle):
         JSON string or a mapping (serialised to JSON).
         """
         tool_names = (
-            None if tools is None else tools if isinstance(tools, str)
-            else ",".join(map(to_text, tools)) if isinstance(tools, Iterable) else to_text(tools)
+            None
+            if tools is None
+            else tools
+            if isinstance(tools, str)
+            else ",".join(map(to_text, tools))
+            if isinstance(tools, Iterable)
+            else to_text(tools)
         )
         if tool_args is not None and not isinstance(tool_args, str):
             try:
@@ -172,4 +177,3 @@ def _error_text(error: str | BaseException) -> str:
     if isinstance(error, BaseException):
         return f"{type(error).__name__}: {to_text(error)}"
     return to_text(error)
-

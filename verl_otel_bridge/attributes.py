@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 logger = logging.getLogger("verl_otel_bridge.attributes")
 
-Primitive = Union[str, bool, int, float]
-AttributeValue = Union[Primitive, Sequence[str], Sequence[bool], Sequence[int], Sequence[float]]
+Primitive: TypeAlias = str | bool | int | float
+AttributeValue: TypeAlias = Primitive | Sequence[str] | Sequence[bool] | Sequence[int] | Sequence[float]
 
 #: Appended to a truncated string; the number is how many characters were cut.
 TRUNCATION_MARKER = "...[truncated {} chars]"
@@ -99,7 +99,9 @@ def _convert(value: Any, max_length: int | None, key: str, on_convert: ConvertHo
             _note(on_convert, "scalar", key)
             if isinstance(scalar, str):
                 return _truncate(str(scalar), max_length, key, on_convert)
-            return bool(scalar) if isinstance(scalar, bool) else int(scalar) if isinstance(scalar, int) else float(scalar)
+            return (
+                bool(scalar) if isinstance(scalar, bool) else int(scalar) if isinstance(scalar, int) else float(scalar)
+            )
     if isinstance(value, Mapping):
         _note(on_convert, "mapping", key)
         return _truncate(_to_json(value), max_length, key, on_convert)

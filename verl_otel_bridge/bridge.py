@@ -17,16 +17,16 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import INVALID_SPAN, NoOpTracer, Span, Status, StatusCode, Tracer
 
 from verl_otel_bridge import __version__
-from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
 from verl_otel_bridge.accounting import SpanCounts, balance
+from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
 from verl_otel_bridge.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.identity import SessionIdentity, using_identity
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.pipeline import Pipeline, build_pipeline
-from verl_otel_bridge.rl_insight_compat import Probe
 from verl_otel_bridge.processors import ExportSpanProcessor, IdentitySpanProcessor
+from verl_otel_bridge.rl_insight_compat import Probe
 from verl_otel_bridge.session import SESSION_SPAN_NAME, Session, session_start_attributes
 
 logger = logging.getLogger("verl_otel_bridge")
@@ -145,12 +145,15 @@ class Bridge:
                 state_lane_id,
                 identity.state_lane_id,
             )
-        with using_identity(identity), self.tracer.start_as_current_span(
-            SESSION_SPAN_NAME,
-            attributes=session_start_attributes(identity),
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        with (
+            using_identity(identity),
+            self.tracer.start_as_current_span(
+                SESSION_SPAN_NAME,
+                attributes=session_start_attributes(identity),
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span,
+        ):
             current = Session(identity, span, self)
             try:
                 yield current
@@ -350,7 +353,7 @@ class Bridge:
     def _at_exit(self) -> None:
         try:
             self.shutdown()
-        except Exception:  # noqa: BLE001 - interpreter exit must go on
+        except Exception:
             logger.exception("shutting down the bridge at exit failed")
 
     def _log_summary(self) -> None:

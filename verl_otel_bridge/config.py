@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -125,6 +126,11 @@ class BridgeConfig:
     def __post_init__(self) -> None:
         _validate(self)
 
+    def __repr__(self) -> str:
+        # Like the dataclass repr, without passwords in URLs (``http://user:password@host``).
+        shown = ", ".join(f"{f.name}={without_userinfo(getattr(self, f.name))!r}" for f in fields(self))
+        return f"BridgeConfig({shown})"
+
     @property
     def exporters(self) -> tuple[str, ...]:
         """``exporter`` as a tuple: the primary first, then the ones that get copies."""
@@ -158,9 +164,7 @@ class BridgeConfig:
         values = from_environment(env)
         if config is not None:
             if not isinstance(config, Mapping):
-                raise ValueError(
-                    f"configure() takes a mapping or a BridgeConfig, not {type(config).__name__}"
-                )
+                raise ValueError(f"configure() takes a mapping or a BridgeConfig, not {type(config).__name__}")
             values.update(_coerce_all(config, "config"))
         values.update(_coerce_all(overrides, "keyword"))
         return cls(**values)
@@ -203,6 +207,18 @@ class BridgeConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+_URL_USERINFO = re.compile(r"(?<=//)[^/?#\s]*@")
+
+
+def without_userinfo(value: Any) -> Any:
+    """``value`` for display: ``user:password@`` in any URL in it (also inside mappings) becomes ``***@``."""
+    if isinstance(value, str):
+        return _URL_USERINFO.sub("***@", value)
+    if isinstance(value, Mapping):
+        return {key: without_userinfo(item) for key, item in value.items()}
+    return value
+
+
 def value_sources(
     config: Mapping[str, Any] | None = None,
     *,
@@ -214,12 +230,13 @@ def value_sources(
     Returns ``{key: "default" | "environment VARIABLE" | "config" | "keyword"}``.
     """
     env = os.environ if environ is None else environ
-    sources = {key: "default" for key in BridgeConfig.keys()}
+    keys = BridgeConfig.keys()
+    sources = dict.fromkeys(keys, "default")
     for key, aliases in _env_aliases().items():
         for alias in aliases:
             if env.get(alias, "").strip():
                 sources[key] = f"environment {alias}"
-    for key in BridgeConfig.keys():
+    for key in keys:
         if f"{ENV_PREFIX}{key.upper()}" in env:
             sources[key] = f"environment {ENV_PREFIX}{key.upper()}"
     for key in config or {}:

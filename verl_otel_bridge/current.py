@@ -164,5 +164,3 @@ def shutdown(timeout_s: float | None = None) -> None:
     previous = set_bridge(None)
     if previous is not None:
         previous.shutdown(timeout_s)
-
-

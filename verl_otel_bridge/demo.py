@@ -47,7 +47,11 @@ async def run_tool(name: str, args: Mapping[str, object]) -> str:
 async def agent_session(sample: int, session: int, global_steps: int, rng: random.Random) -> float:
     """One session: a task of up to three generation turns, with tool turns in between."""
     with vob.session(
-        sample=sample, session=session, global_steps=global_steps, uid=f"uid-{sample}", session_id=f"conv-{sample}-{session}"
+        sample=sample,
+        session=session,
+        global_steps=global_steps,
+        uid=f"uid-{sample}",
+        session_id=f"conv-{sample}-{session}",
     ) as s:
         turn_index = 0
         with s.task("solve") as task:
@@ -85,7 +89,7 @@ async def agent_session(sample: int, session: int, global_steps: int, rng: rando
 
 async def run() -> None:
     """Run six concurrent sessions on the current bridge, then print the span tree and ``status()``."""
-    rng = random.Random(7)
+    rng = random.Random(7)  # noqa: S311 - simulated model outputs, not security
     bridge = vob.get_bridge()  # default configuration, from the environment
     rewards = await asyncio.gather(
         *(agent_session(sample, session, 1, rng) for sample in range(3) for session in range(2))

@@ -72,7 +72,7 @@ class ExportQueue:
             self._items.append(span)
             self._enqueued += 1
             full_batch = len(self._items) >= self._batch_size
-        if full_batch:
+        if full_batch or not self._delay_s:  # a zero delay means: export at once
             self._wake.set()
         return True
 
@@ -85,9 +85,10 @@ class ExportQueue:
             target = self._enqueued
         self._wake.set()
         with self._cond:
-            return self._cond.wait_for(
-                lambda: self._settled >= target or not self._worker.is_alive(), timeout_s
-            ) and self._settled >= target
+            return (
+                self._cond.wait_for(lambda: self._settled >= target or not self._worker.is_alive(), timeout_s)
+                and self._settled >= target
+            )
 
     def shutdown(self, timeout_s: float) -> int:
         """Export what is queued, stop the worker; returns spans abandoned on timeout.
@@ -113,7 +114,7 @@ class ExportQueue:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait(self._delay_s)
+            self._wake.wait(self._delay_s or None)  # zero: sleep until woken, never spin
             self._wake.clear()
             while True:
                 with self._cond:
@@ -125,7 +126,7 @@ class ExportQueue:
                     self._in_flight = count
                 try:
                     self._export(batch)
-                except Exception:  # noqa: BLE001 - the worker must survive any exporter
+                except Exception:
                     logger.exception("exporting a batch of %d spans raised", len(batch))
                 with self._cond:
                     self._settled += len(batch)

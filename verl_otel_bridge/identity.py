@@ -125,9 +125,7 @@ class SessionIdentity:
         )
         given = data.get("state_lane_id")
         if given is not None and given != identity.state_lane_id:
-            raise ValueError(
-                f"identity dict has state_lane_id={given!r} but its keys give {identity.state_lane_id!r}"
-            )
+            raise ValueError(f"identity dict has state_lane_id={given!r} but its keys give {identity.state_lane_id!r}")
         return identity
 
     @classmethod

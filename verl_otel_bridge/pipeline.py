@@ -12,10 +12,10 @@ from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export_queue import QueueSettings
 from verl_otel_bridge.exporters.counting import CountingSpanExporter
 from verl_otel_bridge.exporters.fanout import FanOutSpanExporter
-from verl_otel_bridge.exporters.named import INLINE, named_exporter
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
-from verl_otel_bridge.exporters.rl_insight import RLInsightSpanExporter
+from verl_otel_bridge.exporters.named import INLINE, named_exporter
 from verl_otel_bridge.exporters.redacting import RedactingSpanExporter
+from verl_otel_bridge.exporters.rl_insight import RLInsightSpanExporter
 
 
 @dataclass

@@ -213,7 +213,11 @@ def ensure_initialized(
         state = is_initialized(module)
         error = _INIT.error
     if state is False:
-        return _with(probe, "init_failed", error or "RL-Insight monitoring is off after init (init failed, see RL-Insight's log, or rl_insight.finish() ran)")
+        return _with(
+            probe,
+            "init_failed",
+            error or "RL-Insight monitoring is off after init (init failed, see its log, or rl_insight.finish() ran)",
+        )
     return probe
 
 

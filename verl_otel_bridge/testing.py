@@ -48,9 +48,7 @@ class SpanCapture:
         """The single span called ``name``; fails the test if there are none or several."""
         found = self.by_name(name)
         if len(found) != 1:
-            raise AssertionError(
-                f"expected exactly one span named {name!r}, found {len(found)}; spans:\n{self.tree()}"
-            )
+            raise AssertionError(f"expected exactly one span named {name!r}, found {len(found)}; spans:\n{self.tree()}")
         return found[0]
 
     def sessions(self) -> list[ReadableSpan]:

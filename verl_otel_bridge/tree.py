@@ -19,8 +19,9 @@ def render_tree(spans: Iterable[ReadableSpan | Mapping[str, Any]], *, max_attrib
     """An indented tree of ``spans`` (SDK spans or JSONL records), children under parents.
 
     Each line shows the name, the duration, the identity (sample, session,
-    traj, global_steps, uid) and up to ``max_attributes`` other attributes (``gen_ai.*``, ``monitor.*`` and ``otel.*`` are left out). Spans
-    whose parent is not among ``spans`` are shown as roots, ordered by start.
+    traj, global_steps, uid) and up to ``max_attributes`` other attributes
+    (``gen_ai.*``, ``monitor.*`` and ``otel.*`` are left out). Spans whose
+    parent is not among ``spans`` are shown as roots, ordered by start.
     """
     records = [span if isinstance(span, Mapping) else span_to_record(span) for span in spans]
     ids = {r["span_id"] for r in records}

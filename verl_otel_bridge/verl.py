@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 from opentelemetry.trace import Span
 from packaging.version import Version
@@ -78,13 +78,13 @@ class RLInsightLogger:
     MINIMUM_RL_INSIGHT_VERSION = Version("0.3.0")
 
     # verl keeps these per process; so does the facade (they mirror RL-Insight's own state).
-    _registered_metrics: set[tuple[Any, ...]] = set()
+    _registered_metrics: ClassVar[set[tuple[Any, ...]]] = set()
     _lock = threading.Lock()
     _once = OnceLogger(logger)
 
     @classmethod
     def enabled(cls) -> bool:
-        """True iff ``VERL_RL_INSIGHT_ENABLE`` is ``"1"`` (verl sets it when ``trainer.logger`` lists ``rl_insight``)."""
+        """True iff ``VERL_RL_INSIGHT_ENABLE`` is ``"1"`` (verl sets it when ``trainer.logger`` has ``rl_insight``)."""
         return os.environ.get(cls.ENABLE_ENV, "0") == "1"
 
     @classmethod
@@ -98,7 +98,7 @@ class RLInsightLogger:
 
     @classmethod
     def log(cls, data: Mapping[str, Any], step: int | None = None) -> None:
-        """verl's metric behaviour: each numeric value as a gauge named ``key`` with ``/`` -> ``_``; ``step`` ignored."""
+        """verl's metric behaviour: numeric values as gauges named ``key`` with ``/`` -> ``_``; ``step`` ignored."""
         if not cls.enabled():
             return
         probe = cls._usable("log")

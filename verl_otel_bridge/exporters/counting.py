@@ -27,7 +27,7 @@ class CountingSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             result = self.inner.export(spans)
-        except Exception:  # noqa: BLE001
+        except Exception:
             logger.exception("%s exporter raised on %d spans", self.key, len(spans))
             result = SpanExportResult.FAILURE
         self.counts.add(self.key if result is SpanExportResult.SUCCESS else "failed", len(spans))

@@ -30,7 +30,7 @@ class FanOutSpanExporter(SpanExporter):
         for name, exporter in self.copies.items():
             try:
                 ok = exporter.export(spans) is SpanExportResult.SUCCESS
-            except Exception:  # noqa: BLE001
+            except Exception:
                 logger.exception("exporter %s raised on %d spans", name, len(spans))
                 ok = False
             self.counts.add(f"copies.{name}" if ok else f"copies_failed.{name}", len(spans))
@@ -40,7 +40,7 @@ class FanOutSpanExporter(SpanExporter):
         for exporter in (*self.copies.values(), self.primary):
             try:
                 exporter.shutdown()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 logger.exception("shutting down %s failed", type(exporter).__name__)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

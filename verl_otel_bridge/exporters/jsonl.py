@@ -31,7 +31,9 @@ class JsonlSpanExporter(SpanExporter):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file: TextIO | None = self.path.open("a", encoding="utf-8")
         except OSError as exc:
-            raise ValueError(f"verl_otel_bridge: jsonl_path={str(path)!r} cannot be opened for appending: {exc}") from exc
+            raise ValueError(
+                f"verl_otel_bridge: jsonl_path={str(path)!r} cannot be opened for appending: {exc}"
+            ) from exc
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:

@@ -30,7 +30,9 @@ class RedactingSpanExporter(SpanExporter):
     def _redact(self, span: ReadableSpan) -> ReadableSpan:
         attributes = span.attributes or {}
         events = span.events
-        if not self.keys.intersection(attributes) and not any(self.keys.intersection(e.attributes or {}) for e in events):
+        if not self.keys.intersection(attributes) and not any(
+            self.keys.intersection(e.attributes or {}) for e in events
+        ):
             return span
         return ReadableSpan(
             name=span.name,

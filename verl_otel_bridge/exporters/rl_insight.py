@@ -31,7 +31,6 @@ STATUS_CODE_ATTRIBUTE = "otel.status_code"
 STATUS_DESCRIPTION_ATTRIBUTE = "otel.status_description"
 
 
-
 class RLInsightSpanExporter(SpanExporter):
     """A ``SpanExporter`` that calls ``rl_insight.trace_span`` for each span.
 
@@ -241,7 +240,7 @@ class RLInsightSpanExporter(SpanExporter):
     def _to_fallback(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             result = self.fallback.export(spans)
-        except Exception:  # noqa: BLE001
+        except Exception:
             logger.exception("fallback exporter %s raised", self.fallback_name)
             result = SpanExportResult.FAILURE
         self.counts.add("fallback" if result is SpanExportResult.SUCCESS else "failed", len(spans))

@@ -31,6 +31,8 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from verl_otel_bridge.config import without_userinfo
+
 logger = logging.getLogger("verl_otel_bridge.exporters.rl_insight_otlp")
 
 #: RL-Insight's default namespace: the hub's resource ``service.name``.
@@ -63,6 +65,15 @@ def discover_trace_endpoint(server_url: str, timeout_s: float) -> str | None:
         raise ValueError(f"cannot read a host from {server_url!r}")
     host = f"[{host}]" if ":" in host else host
     return f"{parsed.scheme or 'http'}://{host}:{int(port)}{TRACES_PATH}"
+
+
+def _without_credentials(text: str, url: str) -> str:
+    """``text`` without ``url``'s ``user:password`` (nor the password alone, which some errors quote)."""
+    userinfo = url.partition("//")[2].split("/", 1)[0].rpartition("@")[0]
+    for secret in (userinfo, userinfo.partition(":")[2]):
+        if secret:
+            text = text.replace(secret, "***")
+    return str(without_userinfo(text))
 
 
 class _Backoff:
@@ -136,7 +147,7 @@ class OtlpTransport:
         exporter = self._exporter
         if exporter is None:
             return False
-        rewritten = [self._as_hub_would(span, attrs) for span, attrs in zip(spans, attributes)]
+        rewritten = [self._as_hub_would(span, attrs) for span, attrs in zip(spans, attributes, strict=True)]
         try:
             ok = exporter.export(rewritten) is SpanExportResult.SUCCESS
         except Exception as exc:  # noqa: BLE001
@@ -158,9 +169,11 @@ class OtlpTransport:
     def _discover(self) -> None:
         try:
             endpoint = discover_trace_endpoint(self.server_url, self.timeout_s)
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - OSError, ValueError, http.client.InvalidURL...
             self._discovery.failed()
-            self.last_error = f"discovery at {self.server_url}{SERVICES_PATH} failed: {exc}"
+            self.last_error = _without_credentials(
+                f"discovery at {self.server_url}{SERVICES_PATH} failed: {exc}", self.server_url
+            )
             logger.info("%s; retrying in %.0f s, spans use the hub meanwhile", self.last_error, self._discovery.delay_s)
             return
         self.discovered = True
