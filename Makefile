@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Rebuilt whenever pyproject.toml changes.
 READY  := $(VENV)/.ready
 
-.PHONY: demo test unit integration bench lint docs clean
+.PHONY: demo test unit integration lint docs bench clean
 
 $(READY): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,8 @@ $(READY): pyproject.toml
 demo: $(READY)  ## the main job: a simulated agent loop, traced, printed as a span tree
 	$(BIN)/python examples/agent_loop.py
 
-test: $(READY)  ## unit tests, then integration tests against each RL-Insight release
-	$(BIN)/nox --no-error-on-missing-interpreters -s unit integration
+test: $(READY)  ## unit tests, then integration tests against each RL-Insight release (nox)
+	$(BIN)/nox -s unit integration
 
 unit: $(READY)
 	$(BIN)/nox -s unit
@@ -25,5 +25,16 @@ unit: $(READY)
 integration: $(READY)
 	$(BIN)/nox -s integration
 
+lint: $(READY)  ## ruff (lint + format check) and mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+docs: $(READY)  ## the documentation site, built strictly into site/
+	$(BIN)/mkdocs build --strict
+
+bench: $(READY)  ## benchmarks against bare OpenTelemetry and verl's direct RL-Insight calls
+	$(BIN)/nox -s bench
+
 clean:
-	rm -rf $(VENV) .nox .pytest_cache
+	rm -rf $(VENV) .nox .pytest_cache site

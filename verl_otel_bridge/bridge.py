@@ -8,6 +8,8 @@ import functools
 import inspect
 import logging
 import math
+import multiprocessing
+import multiprocessing.util
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar, overload
@@ -22,7 +24,7 @@ from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, task_span, turn_
 from verl_otel_bridge.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
-from verl_otel_bridge.identity import SessionIdentity, using_identity
+from verl_otel_bridge.identity import SessionIdentity, current_identity, using_identity
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.pipeline import Pipeline, build_pipeline
 from verl_otel_bridge.processors import ExportSpanProcessor, IdentitySpanProcessor
@@ -92,6 +94,9 @@ class Bridge:
         else:
             self.tracer = NoOpTracer()
         atexit.register(self._at_exit)
+        self._mp_exit: multiprocessing.util.Finalize | None = None
+        _shut_down_at_multiprocessing_exit(self)
+        multiprocessing.util.register_after_fork(self, _shut_down_at_multiprocessing_exit)
 
     # -- spans ---------------------------------------------------------------
 
@@ -178,9 +183,7 @@ class Bridge:
             return _NOOP_SPAN
         if name.__class__ is not str or not name:
             name = self._span_name(name)
-        return self.tracer.start_as_current_span(
-            name, attributes=self.clean_attributes(attributes) if attributes else None
-        )
+        return self.tracer.start_as_current_span(name, attributes=self._with_identity(attributes))
 
     @overload
     def traced(self, name: F, /) -> F: ...
@@ -256,9 +259,7 @@ class Bridge:
             return
         if name.__class__ is not str or not name:
             name = self._span_name(name)
-        span = self.tracer.start_span(
-            name, start_time=int(start_time_ns), attributes=self.clean_attributes(attributes) if attributes else None
-        )
+        span = self.tracer.start_span(name, start_time=int(start_time_ns), attributes=self._with_identity(attributes))
         span.end(end_time=int(end_time_ns))
 
     # -- lifecycle and status ------------------------------------------------
@@ -293,6 +294,8 @@ class Bridge:
             return
         self._closed = True
         atexit.unregister(self._at_exit)
+        if self._mp_exit is not None:
+            self._mp_exit.cancel()
         if self._provider is None or self._processor is None:
             return
         self._processor.shutdown(self.config.shutdown_timeout_s if timeout_s is None else timeout_s)
@@ -303,22 +306,27 @@ class Bridge:
     def status(self) -> dict[str, Any]:
         """Where spans go and why, the detected RL-Insight version, and the counters.
 
-        Keys: ``enabled``, ``exporter`` (e.g. ``"rl_insight"`` or
-        ``"memory (fallback)"``), ``reason`` (a stable code), ``detail``
-        (a sentence), ``rl_insight_version``, ``counters`` (see
+        Always the same keys: ``enabled``, ``exporter`` (e.g. ``"rl_insight"``
+        or ``"memory (fallback)"``), ``reason`` (a stable code), ``detail``
+        (a sentence), ``rl_insight_version``, ``rl_insight_installed``,
+        ``rl_insight_transport``, ``otlp_endpoint``, ``otlp_error`` (None when
+        RL-Insight is not involved), ``counters`` (see
         :mod:`verl_otel_bridge.accounting`), ``queued``.
         """
+        route: dict[str, Any] = dict.fromkeys(
+            ("rl_insight_version", "rl_insight_installed", "rl_insight_transport", "otlp_endpoint", "otlp_error")
+        )
         if self._pipeline is None:
-            route: dict[str, Any] = {
-                "exporter": "none",
-                "reason": "disabled",
-                "detail": "tracing is disabled (enabled=false or OTEL_SDK_DISABLED=true)",
-                "rl_insight_version": None,
-            }
+            route.update(
+                exporter="none",
+                reason="disabled",
+                detail="tracing is disabled (enabled=false or OTEL_SDK_DISABLED=true)",
+            )
         elif self._pipeline.rl_insight is not None:
-            route = self._pipeline.rl_insight.status()
+            route.update(self._pipeline.rl_insight.status())
         else:
-            route = dict(self._pipeline.route)
+            route.update(self._pipeline.route)
+        route.pop("counters", None)
         queue = self._processor.queue if self._processor is not None else None
         return {
             "enabled": self.enabled,
@@ -332,6 +340,15 @@ class Bridge:
     def clean_attributes(self, attributes: Mapping[Any, Any]) -> dict[str, AttributeValue]:
         """``attributes`` converted as this bridge's spans convert them (see :mod:`verl_otel_bridge.attributes`)."""
         return clean_attributes(attributes, self._max_attribute_length, self._note_conversion)
+
+    def _with_identity(self, attributes: Mapping[Any, Any] | None) -> Mapping[str, AttributeValue] | None:
+        # Stamping the identity at creation costs one dict merge; the identity
+        # processor then sees it and skips its own (locked) set_attributes call.
+        clean = self.clean_attributes(attributes) if attributes else None
+        identity = current_identity()
+        if identity is None:
+            return clean
+        return {**clean, **identity.attributes} if clean else identity.attributes
 
     def _note_conversion(self, kind: str, key: str) -> None:
         self.counts.add("converted")
@@ -377,6 +394,17 @@ class Bridge:
             counters["invalid"],
             balance(counters),
         )
+
+
+def _shut_down_at_multiprocessing_exit(bridge: Bridge) -> None:
+    """In a multiprocessing child, also shut ``bridge`` down in multiprocessing's exit hook.
+
+    ``fork``/``forkserver`` children end with ``os._exit``, which skips ``atexit``;
+    this hook runs after the child's target returns or raises. Called when the
+    bridge is made and, through ``register_after_fork``, in every child forked after.
+    """
+    if multiprocessing.parent_process() is not None and not bridge._closed:
+        bridge._mp_exit = multiprocessing.util.Finalize(None, bridge._at_exit, exitpriority=100)
 
 
 def traced_by(get_bridge: Callable[[], Bridge], name: Any, attributes: Mapping[str, Any]) -> Any:

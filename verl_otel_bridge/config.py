@@ -167,7 +167,17 @@ class BridgeConfig:
                 raise ValueError(f"configure() takes a mapping or a BridgeConfig, not {type(config).__name__}")
             values.update(_coerce_all(config, "config"))
         values.update(_coerce_all(overrides, "keyword"))
-        return cls(**values)
+        if "max_export_batch_size" not in values and "max_queue_size" in values:
+            # Only the queue was set (e.g. OTEL_BSP_MAX_QUEUE_SIZE=256): fit the default batch to it.
+            values["max_export_batch_size"] = min(cls.max_export_batch_size, values["max_queue_size"])
+        try:
+            return cls(**values)
+        except ValueError as exc:
+            sources = value_sources(config if isinstance(config, Mapping) else None, environ=env, **overrides)
+            key = next((k for k in cls.keys() if f": {k}=" in str(exc)), None)
+            if key is None or sources[key] == "default":
+                raise
+            raise ValueError(f"{exc} (set by {sources[key]})") from None
 
     @classmethod
     def from_verl(
@@ -217,6 +227,32 @@ def without_userinfo(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {key: without_userinfo(item) for key, item in value.items()}
     return value
+
+
+def resolve_leniently(environ: Mapping[str, str] | None = None) -> tuple[BridgeConfig, list[str]]:
+    """Resolve from the environment, leaving out variables that do not parse.
+
+    For code that must not raise (a worker's first span): each bad variable is
+    skipped, the good ones still apply. Returns the config and one message per
+    problem; if the remaining values still conflict, the defaults.
+    """
+    env = dict(os.environ if environ is None else environ)
+    try:
+        return BridgeConfig.resolve(environ=env), []
+    except ValueError:
+        pass
+    problems: list[str] = []
+    relevant = {alias for aliases in _env_aliases().values() for alias in aliases}
+    for name in [n for n in env if n.startswith(ENV_PREFIX) or n in relevant]:
+        try:
+            BridgeConfig.resolve(environ={name: env[name]})
+        except ValueError as exc:
+            problems.append(str(exc))
+            del env[name]
+    try:
+        return BridgeConfig.resolve(environ=env), problems
+    except ValueError as exc:
+        return BridgeConfig(), [*problems, str(exc)]
 
 
 def value_sources(

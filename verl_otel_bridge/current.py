@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
 from verl_otel_bridge.bridge import Bridge, traced_by
-from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.config import BridgeConfig, resolve_leniently
 from verl_otel_bridge.identity import SessionIdentity
 from verl_otel_bridge.session import Session
 
@@ -79,6 +79,11 @@ def get_bridge() -> Bridge:
         return _current
 
 
+def current_bridge() -> Bridge | None:
+    """The current bridge, or None if there is none yet (never builds one)."""
+    return _current
+
+
 def set_bridge(bridge: Bridge | None) -> Bridge | None:
     """Make ``bridge`` current without shutting anything down; returns the previous one.
 
@@ -96,8 +101,11 @@ def _install(bridge: Bridge | None) -> None:
 
 
 def _from_environment() -> Bridge:
+    config, problems = resolve_leniently()
+    for problem in problems:
+        logger.error("%s; ignored, the other settings apply.", problem)
     try:
-        return Bridge(BridgeConfig.resolve())
+        return Bridge(config)
     except ValueError as exc:
         logger.error("%s Using the default configuration instead.", exc)
         return Bridge(BridgeConfig())

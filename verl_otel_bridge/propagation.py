@@ -252,7 +252,9 @@ def _read(carrier: Any) -> tuple[otel_context.Context, SessionIdentity | None]:
         _once.log("carrier:read", logging.WARNING, "attach(): the carrier cannot be read (%r); running without it", exc)
         return empty, None
     if not fields:
-        _once.log("carrier:empty", logging.INFO, "attach(): empty carrier; the block runs without trace context and identity")
+        _once.log(
+            "carrier:empty", logging.INFO, "attach(): empty carrier; the block runs without trace context and identity"
+        )
         return empty, None
     return _read_trace(fields, empty), _read_identity(fields)
 
@@ -319,7 +321,7 @@ def _flush(reason: str, timeout_s: float) -> bool:
 
 
 def _flush_at_exit() -> None:
-    bridge = current._current
+    bridge = current.current_bridge()
     if bridge is not None:
         _flush("flush_on_exit", bridge.config.shutdown_timeout_s)
 

@@ -28,15 +28,18 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 import weakref
 import zlib
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 LOOPBACK = "127.0.0.1"
 """The only address anything in this stack binds or talks to."""
@@ -54,6 +57,20 @@ _T = TypeVar("_T")
 _NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
+def installed_rl_insight_version() -> str:
+    """The installed ``rl-insight`` distribution's version, or ``"none"``.
+
+    Read from package metadata, so it works even when ``import rl_insight``
+    fails (0.1.0's wheel cannot be imported).
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rl-insight")
+    except PackageNotFoundError:
+        return "none"
+
+
 def free_port() -> int:
     """Return a TCP port that was free on 127.0.0.1 a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -62,16 +79,18 @@ def free_port() -> int:
 
 
 def wait_until(
-    condition: Callable[[], _T],
+    condition: Callable[[], _T | None],
     timeout_s: float,
     *,
     interval_s: float = 0.05,
     message: str | Callable[[], str] = "condition not met",
+    retry_on: tuple[type[Exception], ...] = (Exception,),
 ) -> _T:
     """Poll ``condition`` until it returns a truthy value, and return that value.
 
-    Exceptions raised by ``condition`` count as "not yet" and the last one is
-    reported. Raises ``AssertionError`` after ``timeout_s`` seconds.
+    Exceptions of the ``retry_on`` types raised by ``condition`` count as "not
+    yet" (the last one is reported); others propagate. Raises
+    ``AssertionError`` after ``timeout_s`` seconds.
     """
     deadline = time.monotonic() + timeout_s
     last_error: BaseException | None = None
@@ -80,7 +99,7 @@ def wait_until(
             result = condition()
             if result:
                 return result
-        except Exception as exc:  # noqa: BLE001 - polled again until the deadline
+        except retry_on as exc:
             last_error = exc
         if time.monotonic() >= deadline:
             text = message() if callable(message) else message
@@ -209,9 +228,9 @@ class _OtlpHandler(BaseHTTPRequestHandler):
     """Accepts ``POST /v1/traces``; stores the raw body, decoding happens later."""
 
     protocol_version = "HTTP/1.1"  # keep-alive, as the OTLP exporter expects
-    server: "_OtlpHttpServer"
+    server: _OtlpHttpServer
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server naming
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length)
         receiver = self.server.receiver
@@ -219,8 +238,7 @@ class _OtlpHandler(BaseHTTPRequestHandler):
             self._reply(404, b"")
             return
         status = receiver.reply_status
-        if status == 200:
-            receiver._accept(body, self.headers.get("Content-Encoding", ""))
+        receiver._accept(body, self.headers.get("Content-Encoding", ""), status == 200)
         self._reply(status, _EMPTY_RESPONSE if status == 200 else b"")
 
     def _reply(self, status: int, body: bytes) -> None:
@@ -230,7 +248,7 @@ class _OtlpHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         _log.debug("otlp receiver: " + format, *args)
 
 
@@ -241,7 +259,7 @@ class _OtlpHttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], receiver: "OtlpReceiver") -> None:
+    def __init__(self, address: tuple[str, int], receiver: OtlpReceiver) -> None:
         super().__init__(address, _OtlpHandler)
         self.receiver = receiver
 
@@ -269,6 +287,7 @@ class OtlpReceiver:
         self._pending: list[tuple[bytes, str]] = []
         self._spans: list[ReceivedSpan] = []
         self._requests = 0
+        self._rejected = 0
         self._errors: list[str] = []
         self._server = _OtlpHttpServer((LOOPBACK, port), self)
         self.port = int(self._server.server_address[1])
@@ -285,10 +304,13 @@ class OtlpReceiver:
         """The OTLP/HTTP traces URL of this receiver."""
         return f"http://{LOOPBACK}:{self.port}/v1/traces"
 
-    def _accept(self, body: bytes, encoding: str) -> None:
+    def _accept(self, body: bytes, encoding: str, keep: bool) -> None:
         with self._lock:
-            self._pending.append((body, encoding))
-            self._requests += 1
+            if keep:
+                self._pending.append((body, encoding))
+                self._requests += 1
+            else:
+                self._rejected += 1
 
     def _drain(self) -> None:
         """Decode bodies received since the last call, outside the handler's lock."""
@@ -315,6 +337,12 @@ class OtlpReceiver:
             return self._requests
 
     @property
+    def rejected_count(self) -> int:
+        """How many export requests were answered with a non-200 :attr:`reply_status`."""
+        with self._lock:
+            return self._rejected
+
+    @property
     def decode_errors(self) -> list[str]:
         """Bodies that could not be decoded, as ``"Type: message"`` strings."""
         with self._decoded_lock:
@@ -330,7 +358,7 @@ class OtlpReceiver:
 
     def wait_for(
         self,
-        expected: Union[int, SpanPredicate],
+        expected: int | SpanPredicate,
         timeout_s: float = 15.0,
         *,
         where: Callable[[ReceivedSpan], bool] | None = None,
@@ -348,7 +376,7 @@ class OtlpReceiver:
         done: SpanPredicate
         if isinstance(expected, int):
             count = expected
-            done = lambda spans: len(spans) >= count  # noqa: E731
+            done = lambda spans: len(spans) >= count
             wanted = f"{count} spans"
         else:
             done = expected
@@ -371,8 +399,7 @@ class OtlpReceiver:
                 f"decode errors {self.decode_errors[:3]}"
             )
 
-        result = wait_until(check, timeout_s, interval_s=0.05, message=describe)
-        return result
+        return wait_until(check, timeout_s, interval_s=0.05, message=describe)
 
     def stop(self) -> None:
         """Stop serving and close the socket (idempotent)."""
@@ -381,7 +408,7 @@ class OtlpReceiver:
             self._thread.join(timeout=5)
         self._server.server_close()
 
-    def __enter__(self) -> "OtlpReceiver":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -407,7 +434,7 @@ prometheus_utils.local_addresses = _loopback_only
 sys.exit(http_api.main(sys.argv[1:]))
 """
 
-_LIVE_SERVERS: "weakref.WeakSet[DiscoveryServer]" = weakref.WeakSet()
+_LIVE_SERVERS: weakref.WeakSet[DiscoveryServer] = weakref.WeakSet()
 
 
 class DiscoveryServer:
@@ -477,14 +504,14 @@ class DiscoveryServer:
         """``GET /api/v1/services`` as a dict."""
         return dict(json.loads(http_get(f"{self.url}/api/v1/services", timeout_s)))
 
-    def start(self) -> "DiscoveryServer":
+    def start(self) -> Self:
         """Start the subprocess and wait (bounded) until the API answers."""
         if self.running:
             return self
         # JSON is YAML, so no YAML writer is needed here.
         self.config_path.write_text(json.dumps(self.config(), indent=2))
         with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(  # noqa: S603 - fixed argv
+            self._process = subprocess.Popen(
                 [self.python, "-c", _DISCOVERY_LAUNCHER, "--config", str(self.config_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -495,7 +522,8 @@ class DiscoveryServer:
 
         def answered() -> bool:
             if not self.running:
-                raise _Exited()
+                code = self._process.returncode if self._process else None
+                raise _Exited(f"it exited with code {code}")
             return self.services(timeout_s=1.0).get("status") == "ok"
 
         try:
@@ -504,13 +532,12 @@ class DiscoveryServer:
                 self.startup_timeout_s,
                 interval_s=0.1,
                 message=lambda: f"discovery server on {self.url} did not answer",
+                retry_on=(OSError, ValueError),
             )
         except (_Exited, AssertionError) as exc:
             tail = self.log_tail()
             self.stop()
-            raise RuntimeError(
-                f"RL-Insight discovery server failed to start ({exc!r}); log tail:\n{tail}"
-            ) from None
+            raise RuntimeError(f"RL-Insight discovery server failed to start: {exc}; log tail:\n{tail}") from None
         _log.info("discovery server %s up (otlp_port=%s)", self.url, self.otlp_port)
         return self
 
@@ -533,7 +560,7 @@ class DiscoveryServer:
         self.stop()
         self._workdir.cleanup()
 
-    def __enter__(self) -> "DiscoveryServer":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -570,9 +597,7 @@ class RayLoopback:
 
 
 @contextlib.contextmanager
-def ray_loopback(
-    extra_env: Mapping[str, str] | None = None, *, num_cpus: int = 2
-) -> Iterator[RayLoopback]:
+def ray_loopback(extra_env: Mapping[str, str] | None = None, *, num_cpus: int = 2) -> Iterator[RayLoopback]:
     """Start a local Ray cluster on 127.0.0.1 and shut it down on exit.
 
     Sets :data:`RAY_LOOPBACK_ENV` (plus ``extra_env``) in ``os.environ`` for the
@@ -611,8 +636,7 @@ def ray_loopback(
             env=env,
         )
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
+        ray.shutdown()  # also cleans up after a failed ray.init
         _restore_env(saved)
 
 
@@ -623,6 +647,20 @@ def _restore_env(saved: Mapping[str, str | None]) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@dataclass(frozen=True)
+class RlInsightHub:
+    """An initialized RL-Insight client process and the stack around its hub."""
+
+    metrics_port: int
+    receiver: OtlpReceiver
+    server: DiscoveryServer
+    ray: RayLoopback
+
+    def metrics(self) -> str:
+        """The hub's current Prometheus text."""
+        return fetch_metrics(self.metrics_port)
 
 
 def run_python(
@@ -639,7 +677,7 @@ def run_python(
     to a copy of ``os.environ``. Output is captured; the caller checks
     ``returncode``.
     """
-    return subprocess.run(  # noqa: S603 - fixed argv
+    return subprocess.run(
         [sys.executable, "-c", code, *args],
         env={**os.environ, **(env or {})},
         capture_output=True,
@@ -648,3 +686,284 @@ def run_python(
         stdin=subprocess.DEVNULL,
         check=False,
     )
+
+
+# ------------------------------------------------- child processes and fakes
+# (added for test_forwarding / test_old_releases / test_verl_facade / ...)
+
+CHILD_RELEASE_ENV = "STACK_CHILD_RELEASE_FILE"
+"""Names the file whose appearance lets a :class:`PythonChild` exit (not a bridge variable)."""
+
+CHILD_PRELUDE = '''
+import json as _stack_json, os as _stack_os, time as _stack_time
+
+def report(value):
+    """Hand ``value`` (JSON-able) to the test: one ``RESULT`` line on stdout."""
+    print("RESULT " + _stack_json.dumps(value, default=str), flush=True)
+
+def wait_release(timeout_s=180.0):
+    """Block until the test calls ``release()`` (bounded)."""
+    path = _stack_os.environ["STACK_CHILD_RELEASE_FILE"]
+    deadline = _stack_time.monotonic() + timeout_s
+    while not _stack_os.path.exists(path):
+        if _stack_time.monotonic() > deadline:
+            raise SystemExit("never released by the test")
+        _stack_time.sleep(0.05)
+'''
+"""Defines ``report(value)`` and ``wait_release()`` in every :class:`PythonChild`."""
+
+
+class PythonChild:
+    """A fresh Python process that reports results and exits only when the test releases it.
+
+    For work whose effects outlive the call inside the child: a child attached to
+    the session's Ray cluster owns a Ray job, and its RL-Insight hub actor dies
+    with that job, so the child must stay alive until the test has seen the
+    child's spans at the receiver. The child's code can call ``report(value)``
+    (read with :meth:`result`) and ``wait_release()`` (unblocked by
+    :meth:`release`). stdout and stderr go to files, so no pipe can fill up.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
+        drop_env: Sequence[str] = (),
+    ) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="stack-child-")
+        base = Path(self._dir.name)
+        self.release_path = base / "release"
+        self.stdout_path = base / "stdout"
+        self.stderr_path = base / "stderr"
+        environ = {**os.environ, **(env or {}), CHILD_RELEASE_ENV: str(self.release_path)}
+        for name in drop_env:
+            environ.pop(name, None)
+        with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", CHILD_PRELUDE + code, *args],
+                env=environ,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+            )
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def results(self) -> list[Any]:
+        """Every value reported so far."""
+        return [json.loads(line[7:]) for line in self.stdout.splitlines() if line.startswith("RESULT ")]
+
+    def result(self, index: int = 0, timeout_s: float = 120.0) -> Any:
+        """The ``index``-th reported value, waiting for it (bounded); fails if the child exits first."""
+
+        def reported() -> list[Any] | None:
+            found = self.results()
+            if len(found) > index:
+                return found
+            if self._process.poll() is not None:
+                found = self.results()  # it may have reported just before exiting
+                if len(found) > index:
+                    return found
+                raise _Exited(f"child exited with code {self._process.returncode}")
+            return None
+
+        try:
+            return wait_until(reported, timeout_s, interval_s=0.05, retry_on=())[index]
+        except (_Exited, AssertionError) as exc:
+            raise AssertionError(f"{exc}; child stderr tail:\n{self.stderr[-4000:]}") from None
+
+    def release(self) -> None:
+        """Let the child's ``wait_release()`` return."""
+        self.release_path.touch()
+
+    def finish(self, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Release the child, wait for it (bounded; killed after ``timeout_s``), return its outputs."""
+        self.release()
+        try:
+            self._process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=10)
+        return subprocess.CompletedProcess(self._process.args, self._process.returncode, self.stdout, self.stderr)
+
+    def close(self) -> None:
+        """Kill the child if still running and delete its files."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(timeout=10)
+        self._dir.cleanup()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FakeDiscovery:
+    """A stand-in for RL-Insight's discovery API that counts every request it gets.
+
+    For environments where RL-Insight's own server cannot run (none, 0.1.0), to
+    prove the bridge asks nobody anything: ``RL_INSIGHT_SERVER_URL`` points
+    here, and here advertises ``otlp_port`` (e.g. a :class:`OtlpReceiver`).
+    """
+
+    def __init__(self, otlp_port: int | None) -> None:
+        owner = self
+        self.otlp_port = otlp_port
+        self._lock = threading.Lock()
+        self._requests: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                with owner._lock:
+                    owner._requests.append(f"GET {self.path}")
+                body = json.dumps(
+                    {"status": "ok", "otlp_port": owner.otlp_port, "prometheus_port": None, "grafana_port": None}
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802
+                with owner._lock:
+                    owner._requests.append(f"POST {self.path}")
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def requests(self) -> list[str]:
+        with self._lock:
+            return list(self._requests)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def bridge_copy_exporter(bridge: Any, name: str = "memory") -> Any:
+    """The exporter that receives *copies* in a bridge configured with ``exporter=[primary, name]``.
+
+    (``bridge.memory_exporter`` is the fallback's memory exporter when the
+    fallback is ``memory``, so tests that check what the primary forwarded read
+    the copy instead.)
+    """
+    from verl_otel_bridge.exporters.fanout import FanOutSpanExporter
+
+    exporter = bridge._pipeline.exporter
+    while not isinstance(exporter, FanOutSpanExporter):
+        exporter = getattr(exporter, "inner", None) or getattr(exporter, "_inner", None)
+        if exporter is None:
+            raise ValueError("the bridge has no exporter copies (configure exporter=[primary, copy])")
+    return exporter.copies[name]
+
+
+def hex_ids(span: Any) -> dict[str, str]:
+    """A bridge span's ids as the RL-Insight exporter writes them (``otel.*`` attributes)."""
+    context = span.get_span_context()
+    return {
+        "otel.trace_id": format(context.trace_id, "032x"),
+        "otel.span_id": format(context.span_id, "016x"),
+        "otel.parent_span_id": format(span.parent.span_id, "016x") if span.parent is not None else "",
+    }
+
+
+def count_metric(text: str, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
+    """Samples of metric ``name`` in Prometheus text whose labels include ``labels``."""
+    import re
+
+    found = []
+    pattern = re.compile(r"^" + re.escape(name) + r"(?:\{(.*)\})?\s+(\S+)$")
+    label_re = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+    for line in text.splitlines():
+        match = pattern.match(line)
+        if not match:
+            continue
+        got = {key: value.replace('\\"', '"').replace("\\\\", "\\") for key, value in label_re.findall(match.group(1) or "")}
+        if all(got.get(key) == value for key, value in labels.items()):
+            found.append((got, float(match.group(2))))
+    return found
+
+
+# ------------------------------------------------ a receiver that really goes away
+# (added for test_transport / test_faults_rl_insight)
+
+
+class StoppableOtlpReceiver(OtlpReceiver):
+    """An :class:`OtlpReceiver` whose :meth:`stop` also cuts established connections.
+
+    ``OtlpReceiver.stop`` stops accepting, but a client's keep-alive connection
+    (the OTLP exporter keeps one) is served by its own handler thread and would
+    go on being answered. A backend that goes down cuts those too; this does,
+    so the next export sees a reset and then a refused connection. Start a new
+    one on the same ``port`` to bring the backend back.
+    """
+
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(port)
+        self._connections: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        accept = self._server.process_request
+
+        def tracking(request: Any, client_address: Any) -> None:
+            self._connections.add(request)
+            accept(request, client_address)
+
+        self._server.process_request = tracking  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        """Stop accepting and cut every open connection (idempotent)."""
+        super().stop()
+        for connection in list(self._connections):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+def drain(bridge: Any, receiver: OtlpReceiver, timeout_s: float = 60.0) -> None:
+    """Wait until everything ``bridge`` exported so far has reached ``receiver``.
+
+    Sends one more span through the same path (the bridge's single export
+    thread, then RL-Insight's hub or the OTLP transport, each in order) and waits
+    for it, so a later "nothing else arrived" check does not race spans in flight.
+    """
+    import uuid
+
+    token = uuid.uuid4().hex
+    with bridge.span("drain", drain=token):
+        pass
+    assert bridge.force_flush(timeout_s)
+    receiver.wait_for(1, timeout_s, where=lambda s: s.attributes.get("drain") == token)

@@ -19,14 +19,16 @@ class JsonlSpanExporter(SpanExporter):
     """Writes spans to ``path`` as JSON Lines, appending, flushed after every batch.
 
     The file is opened at construction so an unwritable path fails at
-    ``configure()``, not at the first span.
+    ``configure()``, not at the first span. ``~`` is expanded, and ``{pid}`` in
+    ``path`` becomes the process id, so one ``VERL_OTEL_BRIDGE_JSONL_PATH`` in a
+    Ray ``runtime_env`` gives every worker a file of its own.
 
     Raises:
         ValueError: ``path`` cannot be opened for appending.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path = Path(os.fspath(path).replace("{pid}", str(os.getpid()))).expanduser()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file: TextIO | None = self.path.open("a", encoding="utf-8")

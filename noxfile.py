@@ -1,0 +1,84 @@
+"""Test environments: ``nox -s unit``, ``nox -s integration`` (all four RL-Insight cases).
+
+One integration case alone: ``nox -s "integration(0.3.0)"`` or ``nox -t rl-insight-0.3.0``
+(cases: none, 0.1.0, 0.2.0, 0.3.0). ``nox -l`` lists the sessions. Arguments after
+``--`` go to pytest, e.g. ``nox -s "integration(0.3.0)" -- -k trace_span``.
+
+Environment reuse: environments live in ``.nox/`` and are kept between runs
+(``reuse_venv = "yes"``). Nox itself would still rerun every install command on a
+kept environment (several seconds, more for an editable build), and would not
+notice changed inputs, so each environment stores a hash of its inputs (this
+interpreter's version, ``pyproject.toml``, the session's requirement list) and
+installs only when that hash changed. The package is installed editable, so
+source edits need no reinstall. A dependency removed from ``pyproject.toml`` is
+not uninstalled from a kept environment: rebuild with ``nox --reuse-venv=never``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2024.10.9"  # reuse_venv option
+nox.options.reuse_venv = "yes"
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["unit", "integration"]
+
+ROOT = Path(__file__).resolve().parent
+RL_INSIGHT_CASES = ("none", "0.1.0", "0.2.0", "0.3.0")
+CASE_ENV = "VERL_OTEL_BRIDGE_TEST_RL_INSIGHT"
+# Tests send traffic to 127.0.0.1 only: Ray must not pick an external address
+# (read when ray is first imported), report usage stats, or use a proxy.
+LOOPBACK_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "NO_PROXY": "127.0.0.1,localhost",
+    "no_proxy": "127.0.0.1,localhost",
+}
+
+
+def install_once(session: nox.Session, *requirements: str) -> None:
+    """``pip install requirements`` unless this environment already has these exact inputs."""
+    digest = hashlib.sha256()
+    for part in (sys.version, (ROOT / "pyproject.toml").read_text(), *requirements):
+        digest.update(part.encode() + b"\0")
+    location = getattr(session.virtualenv, "location", None)
+    stamp = Path(location) / ".inputs.sha256" if location else None
+    if stamp is not None and stamp.is_file() and stamp.read_text() == digest.hexdigest():
+        session.log("environment inputs unchanged: skipping install")
+        return
+    session.install(*requirements)
+    if stamp is not None:
+        stamp.write_text(digest.hexdigest())
+
+
+@nox.session(tags=["unit"])
+def unit(session: nox.Session) -> None:
+    """Unit tests: the package with its ``test`` extra, no RL-Insight."""
+    install_once(session, "-e", ".[test]")
+    session.run("python", "-m", "pytest", "tests/unit", *session.posargs)
+
+
+@nox.session(tags=["integration"])
+@nox.parametrize(
+    "rl_insight",
+    [nox.param(case, id=case, tags=[f"rl-insight-{case}"]) for case in RL_INSIGHT_CASES],
+)
+def integration(session: nox.Session, rl_insight: str) -> None:
+    """Integration tests against one released rl-insight (or none installed)."""
+    requirements = ["-e", ".[test]", "opentelemetry-proto"]
+    if rl_insight != "none":
+        requirements.append(f"rl-insight=={rl_insight}")
+    install_once(session, *requirements)
+    # pytest's exit code 5 (nothing collected) fails the session, like any non-zero.
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/integration",
+        *session.posargs,
+        env={**LOOPBACK_ENV, CASE_ENV: rl_insight},
+    )

@@ -1,0 +1,53 @@
+"""Unit-test isolation: no outer environment, no real RL-Insight, no leftover bridges."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import verl_otel_bridge as vob
+from verl_otel_bridge import Bridge, BridgeConfig, rl_insight_compat
+
+from .fake_rl_insight import hide_rl_insight
+
+_ISOLATED_PREFIXES = ("VERL_OTEL_BRIDGE_", "OTEL_")
+_ISOLATED_NAMES = ("RL_INSIGHT_SERVER_URL", "VERL_RL_INSIGHT_ENABLE")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test starts from the same world, whatever the outer process has.
+
+    * no ``VERL_OTEL_BRIDGE_*``, ``OTEL_*``, ``RL_INSIGHT_SERVER_URL``, ``VERL_RL_INSIGHT_ENABLE``;
+    * ``rl_insight`` and ``ray`` unimportable (tests install fakes explicitly);
+    * a fresh once-per-process ``rl_insight.init`` record;
+    * an empty current-bridge slot, restored (and whatever the test left shut down) afterwards.
+    """
+    for name in list(os.environ):
+        if name.startswith(_ISOLATED_PREFIXES) or name in _ISOLATED_NAMES:
+            monkeypatch.delenv(name)
+    hide_rl_insight(monkeypatch)
+    monkeypatch.setattr(rl_insight_compat, "_INIT", rl_insight_compat._InitOnce())
+    previous = vob.set_bridge(None)
+    yield
+    leftover = vob.set_bridge(previous)
+    if leftover is not None:
+        leftover.shutdown(timeout_s=2)
+
+
+@pytest.fixture
+def make_bridge() -> Iterator[Callable[..., Bridge]]:
+    """``make_bridge(**settings)``: a ``Bridge`` from these settings only (empty environment), shut down after."""
+    made: list[Bridge] = []
+
+    def make(*, environ: dict[str, str] | None = None, **settings: Any) -> Bridge:
+        bridge = Bridge(BridgeConfig.resolve(environ=environ or {}, **settings))
+        made.append(bridge)
+        return bridge
+
+    yield make
+    for bridge in reversed(made):
+        bridge.shutdown(timeout_s=2)

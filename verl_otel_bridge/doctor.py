@@ -1,0 +1,390 @@
+"""``verl-otel-bridge doctor``: what is installed, how the bridge is configured, and where spans would go.
+
+:func:`diagnose` returns the report as a dict (the command renders it, or prints it
+as JSON with ``--json``). Secrets never appear in it: URL user info and the values
+of keys that look like credentials are masked, and any such value found in the
+environment is scrubbed from every other line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from verl_otel_bridge import __version__, rl_insight_compat
+from verl_otel_bridge.config import BridgeConfig, value_sources
+from verl_otel_bridge.exporters.rl_insight_otlp import TRACES_PATH, fetch_services, trace_endpoint
+
+#: How long ``doctor`` waits for the RL-Insight server.
+SERVER_TIMEOUT_S = 2.0
+
+#: Keys whose values are never shown (case-insensitive substring match).
+SECRET_KEY_PARTS = ("header", "token", "secret", "password")
+MASK = "***"
+#: Shorter secrets are masked where they appear as values, but not searched for in other text.
+_MIN_SCRUBBED = 4
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@\s]+)@")
+
+
+# -- secrets -------------------------------------------------------------------
+
+
+def is_secret_key(key: object) -> bool:
+    """True for keys whose values must not be shown (``*header*``, ``*token*``, ``*secret*``, ``*password*``)."""
+    lowered = str(key).lower()
+    return any(part in lowered for part in SECRET_KEY_PARTS)
+
+
+def mask_url(text: str) -> str:
+    """``text`` with the user information of every URL in it (``user:password@``) replaced by ``***@``."""
+    return _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+
+
+def masked(key: object, value: Any) -> Any:
+    """``value`` safe to show under ``key``: secret keys masked at any depth, URL user information removed."""
+    if is_secret_key(key) and value not in (None, "", (), [], {}):
+        return MASK
+    if isinstance(value, Mapping):
+        return {str(k): masked(k, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [masked(key, v) for v in value]
+    if isinstance(value, str):
+        return mask_url(value)
+    return value
+
+
+def _secrets_in(value: Any, key: object = "", *, hidden: bool = False) -> set[str]:
+    """Every string in ``value`` that :func:`masked` would hide, to scrub it from any other text."""
+    hidden = hidden or is_secret_key(key)
+    found: set[str] = set()
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            found |= _secrets_in(v, k, hidden=hidden)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            found |= _secrets_in(v, key, hidden=hidden)
+    elif isinstance(value, str):
+        if hidden:
+            found.add(value)
+        for match in _USERINFO.finditer(value):
+            userinfo = match.group("userinfo")
+            found.update((userinfo, userinfo.partition(":")[2]))
+    return {secret for secret in found if len(secret) >= _MIN_SCRUBBED}
+
+
+def _environment_secrets(environ: Mapping[str, str]) -> set[str]:
+    """Secrets in the variables the bridge reads, for when the configuration does not even resolve."""
+    found: set[str] = set()
+    for name, raw in environ.items():
+        if not (name.startswith(("VERL_OTEL_BRIDGE_", "OTEL_")) or name == rl_insight_compat.SERVER_URL_ENV):
+            continue
+        found |= _secrets_in(raw, name)
+        if name.endswith("RL_INSIGHT_CONFIG"):
+            try:
+                found |= _secrets_in(json.loads(raw))
+            except ValueError:
+                if len(raw) >= _MIN_SCRUBBED:
+                    found.add(raw)  # unreadable JSON may hold anything: never echo it
+    return found
+
+
+def _scrub_report(report: dict[str, Any], secrets: set[str]) -> dict[str, Any]:
+    """``report`` with every secret string replaced by ``***``."""
+    return {key: _scrub(value, secrets) for key, value in report.items()}
+
+
+def _scrub(value: Any, secrets: set[str]) -> Any:
+    """``value`` with every secret string replaced by ``***`` in every string it holds."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for secret in sorted(secrets, key=len, reverse=True):
+            value = value.replace(secret, MASK)
+        return value
+    if isinstance(value, Mapping):
+        return {k: _scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, secrets) for v in value]
+    return value
+
+
+# -- doctor ----------------------------------------------------------------------
+
+
+def distribution_version(name: str) -> str | None:
+    """The installed version of distribution ``name`` from package metadata (nothing is imported)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 - broken metadata is "unknown", not a crash
+        return None
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _otlp_http_available() -> bool:
+    return _has_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+
+
+def check_server(server_url: str, timeout_s: float = SERVER_TIMEOUT_S) -> dict[str, Any]:
+    """``GET {server_url}/api/v1/services``: whether RL-Insight's server answers, and the ports it advertises."""
+    result: dict[str, Any] = {
+        "url": mask_url(server_url),
+        "reachable": False,
+        "status": None,
+        "otlp_port": None,
+        "ports": {},
+        "trace_endpoint": None,
+        "error": None,
+    }
+    try:
+        data = fetch_services(server_url, timeout_s)
+    except (OSError, ValueError) as exc:
+        result["error"] = mask_url(f"{type(exc).__name__}: {exc}")
+        return result
+    result["reachable"] = True
+    result["status"] = data.get("status")
+    result["ports"] = {k: v for k, v in data.items() if k.endswith("_port")}
+    port = data.get("otlp_port")
+    result["otlp_port"] = port
+    if port:
+        try:
+            result["trace_endpoint"] = trace_endpoint(server_url, port)
+        except ValueError as exc:
+            result["error"] = str(exc)
+    return result
+
+
+_HINTS = {
+    "not_installed": "install RL-Insight: pip install 'verl-otel-bridge[rl-insight]'",
+    "import_failed": "repair the rl-insight installation (importing it fails; see the detail)",
+    "no_version": "upgrade RL-Insight: pip install -U 'rl-insight>=0.3.0'",
+    "version_unparsable": "reinstall RL-Insight so its package metadata is present: "
+    "pip install --force-reinstall 'rl-insight>=0.3.0'",
+    "version_too_old": "upgrade RL-Insight: pip install -U 'rl-insight>=0.3.0'",
+    "no_trace_span": "upgrade RL-Insight: pip install -U 'rl-insight>=0.3.0'",
+    "no_server_url": "set RL_INSIGHT_SERVER_URL (or VERL_OTEL_BRIDGE_RL_INSIGHT_SERVER_URL) to the RL-Insight server, "
+    "e.g. http://<host>:<port>",
+    "ray_not_initialized": "install Ray (pip install ray); RL-Insight exports only from processes where ray.init() ran",
+}
+
+
+def _local_check(name: str, config: BridgeConfig, environ: Mapping[str, str]) -> dict[str, Any]:
+    """What a local exporter would do with spans, and whether the bridge could build it."""
+    check: dict[str, Any] = {"exporter": name, "ok": True, "detail": ""}
+    if name == "memory":
+        check["detail"] = f"kept in this process only (the newest {config.memory_max_spans})"
+    elif name == "console":
+        check["detail"] = "one JSON line per span on standard output"
+    elif name == "none":
+        check["detail"] = "discarded"
+    elif name == "jsonl":
+        path = Path(config.jsonl_path).absolute()  # as the jsonl exporter opens it (no ~ expansion)
+        if path.exists():
+            writable = path.is_file() and os.access(path, os.W_OK)
+        else:  # the exporter creates the missing directories: the nearest existing one must take them
+            nearest = next((p for p in path.parents if p.exists()), Path("/"))
+            writable = nearest.is_dir() and os.access(nearest, os.W_OK | os.X_OK)
+        check["ok"] = writable
+        check["detail"] = f"appended to {path}" if writable else f"{path} cannot be written"
+    elif name == "otlp":
+        endpoint = (
+            config.otlp_endpoint
+            or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or (
+                environ["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + TRACES_PATH
+                if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+                else None
+            )
+            or f"http://localhost:4318{TRACES_PATH}"
+        )
+        if _otlp_http_available():
+            check["detail"] = f"OTLP/HTTP to {mask_url(endpoint)}"
+        else:
+            check["ok"] = False
+            check["detail"] = "needs opentelemetry-exporter-otlp-proto-http: pip install 'verl-otel-bridge[otlp]'"
+    return check
+
+
+def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SERVER_TIMEOUT_S) -> dict[str, Any]:
+    """Everything ``doctor`` reports, as a JSON-ready dict; ``ok`` says whether spans reach the preferred exporter.
+
+    Uses the same checks as the RL-Insight exporter
+    (:func:`rl_insight_compat.probe_module` and :func:`rl_insight_compat.check_runtime`)
+    without calling ``rl_insight.init``. Ray counts as initialized when it is
+    installed (the training process runs ``ray.init()``, this one does not).
+    Secrets never appear in the result.
+
+    Keys: ``ok``, ``versions``, ``config`` (``error``, ``values``: key ->
+    ``{value, source}``), ``route`` (where spans go and why; None when the
+    configuration does not resolve), ``server`` (the RL-Insight server check;
+    None without a server URL), ``problems``, ``hints``.
+    """
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    hints: list[str] = []
+    report: dict[str, Any] = {
+        "ok": False,
+        "versions": {},
+        "config": None,
+        "route": None,
+        "server": None,
+        "problems": problems,
+        "hints": hints,
+    }
+    sources = value_sources(environ=env)
+    try:
+        config: BridgeConfig | None = BridgeConfig.resolve(environ=env)
+    except ValueError as exc:
+        config = None
+        report["config"] = {
+            "error": str(exc),
+            "values": {key: {"value": None, "source": source} for key, source in sources.items()},
+        }
+        problems.append(f"the configuration does not resolve: {exc}")
+    minimum = (config or BridgeConfig()).rl_insight_min_version
+    static = rl_insight_compat.probe_module(minimum)
+    ray_version = distribution_version("ray")
+    report["versions"] = {
+        "python": platform.python_version(),
+        "verl-otel-bridge": __version__,
+        "opentelemetry-api": distribution_version("opentelemetry-api"),
+        "opentelemetry-sdk": distribution_version("opentelemetry-sdk"),
+        "opentelemetry-exporter-otlp-proto-http": distribution_version("opentelemetry-exporter-otlp-proto-http"),
+        "rl-insight": static.installed or rl_insight_compat._installed_version(),  # the probe's metadata lookup
+        "rl_insight.__version__": static.version,
+        "ray": ray_version,
+    }
+    if config is None:
+        return _scrub_report(report, _environment_secrets(env))
+
+    values = config.to_dict()
+    secrets = _secrets_in(values)
+    report["config"] = {
+        "error": None,
+        "values": {key: {"value": masked(key, value), "source": sources[key]} for key, value in values.items()},
+    }
+    server_url = config.rl_insight_server_url or rl_insight_compat.config_server_url(config.rl_insight_config)
+    if server_url:
+        report["server"] = check_server(server_url, timeout_s)
+    server = report["server"]
+
+    primary, *copies = config.exporters
+    wants = primary == "rl_insight" or (primary == "auto" and config.rl_insight_enable is not False)
+    explicit = primary == "rl_insight" or config.rl_insight_enable is True
+    route: dict[str, Any] = {
+        "exporter": list(config.exporters) if copies else primary,
+        "rl_insight_wanted": ("explicitly" if explicit else "if usable") if wants else "no",
+        "preferred": None,
+        "destination": None,
+        "reason": None,
+        "detail": None,
+        "transport": None,
+        "ray": None,
+        "local": None,
+        "copies": [],
+    }
+    report["route"] = route
+
+    if not config.enabled:
+        route.update(
+            preferred="none",
+            destination="none",
+            reason="disabled",
+            detail="tracing is disabled (enabled=false or OTEL_SDK_DISABLED=true): every span API is a no-op",
+        )
+        report["ok"] = True
+        return _scrub_report(report, secrets)
+
+    if wants:
+        probe = rl_insight_compat.check_runtime(static, server_url)
+        # This process never ran ray.init(); the training job does (verl's trainer and
+        # workers). Ray being installed is what can be checked from here. The Ray check
+        # is check_runtime's last, so everything before it passed.
+        assumed = probe.reason == "ray_not_initialized" and ray_version is not None
+        if assumed:
+            probe = static
+        if static.usable and server_url:
+            route["ray"] = (
+                f"ray {ray_version} is installed; RL-Insight also needs ray.init() in the process that exports "
+                "(verl's trainer and workers run it), which is assumed here"
+                if assumed
+                else "initialized in this process"
+                if probe.usable
+                else "not installed"
+            )
+        why = (
+            "exporter=rl_insight"
+            if primary == "rl_insight"
+            else "exporter=auto with rl_insight_enable=true"
+            if explicit
+            else "exporter=auto (RL-Insight when usable, else the fallback)"
+        )
+        route.update(preferred="rl_insight", reason=probe.reason)
+        if probe.usable:
+            route["destination"] = "rl_insight"
+            route["detail"] = f"{why}; {probe.detail} is usable"
+            route["transport"] = _transport(config, server)
+            if server is not None and not server["reachable"]:
+                problems.append(f"the RL-Insight server at {server['url']} does not answer ({server['error']})")
+                hints.append("start the RL-Insight server (rl-insight server start) or fix the server URL")
+        else:
+            route["destination"] = f"{config.fallback} (fallback)"
+            route["detail"] = f"{why}; RL-Insight is not usable: {probe.detail}"
+            problems.append(f"RL-Insight is not usable ({probe.reason}): {probe.detail}")
+            if probe.reason in _HINTS:
+                hints.append(_HINTS[probe.reason])
+        local = config.fallback
+    else:
+        local = config.fallback if primary == "auto" else primary
+        route.update(
+            preferred=local,
+            destination=local,
+            reason="configured",
+            detail=(
+                f"exporter=auto with rl_insight_enable=false (VERL_RL_INSIGHT_ENABLE=0), so the fallback {local!r}"
+                if primary == "auto"
+                else f"exporter={local!r} configured"
+            ),
+        )
+    for index, name in enumerate([local, *copies]):
+        check = _local_check(name, config, env)
+        if index == 0:
+            route["local"] = check  # the fallback when RL-Insight is wanted, else the exporter itself
+        else:
+            route["copies"].append(check)
+        if not check["ok"]:
+            role = "copy" if index else ("fallback" if wants else "exporter")
+            problems.append(f"{role} {name!r} cannot be used: {check['detail']}")
+    report["ok"] = route["destination"] == route["preferred"] and not problems
+    return _scrub_report(report, secrets)
+
+
+def _transport(config: BridgeConfig, server: dict[str, Any] | None) -> str:
+    if config.rl_insight_transport == "hub":
+        return "hub: rl_insight.trace_span per span (rl_insight_transport=hub)"
+    endpoint = server.get("trace_endpoint") if server else None
+    if endpoint and _otlp_http_available():
+        return f"otlp: batches straight to {endpoint} (advertised by the server)"
+    why = (
+        "opentelemetry-exporter-otlp-proto-http is not installed"
+        if endpoint
+        else "the server advertises no trace endpoint"
+        if server and server.get("reachable")
+        else "the server's trace endpoint is not known"
+    )
+    return f"hub: rl_insight.trace_span per span ({why}; rl_insight_transport={config.rl_insight_transport})"

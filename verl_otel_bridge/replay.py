@@ -1,0 +1,111 @@
+"""``verl-otel-bridge replay``: re-export a JSON Lines capture with its original ids and times."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from verl_otel_bridge import rl_insight_compat
+from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.doctor import distribution_version
+from verl_otel_bridge.records import iter_lines, record_to_span
+
+# -- replay ----------------------------------------------------------------------
+
+
+@dataclass
+class ReplaySummary:
+    """Outcome of :func:`replay_records`: every span read lands in exactly one of exported, fallback, failed."""
+
+    read: int = 0
+    bad: list[tuple[int, str]] = field(default_factory=list)
+    counters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exported(self) -> int:
+        return int(sum(self.counters.get("exported", {}).values()))
+
+    @property
+    def fallback(self) -> int:
+        return int(self.counters.get("fallback", 0))
+
+    @property
+    def failed(self) -> int:
+        return int(self.counters.get("failed", 0))
+
+
+def replay_records(
+    stream: IO[bytes],
+    exporter: SpanExporter,
+    counts: SpanCounts,
+    *,
+    batch_size: int,
+    on_progress: Callable[[int], None] | None = None,
+) -> ReplaySummary:
+    """Read records from ``stream`` and hand them to ``exporter`` in batches of ``batch_size``.
+
+    ``exporter`` must count its outcomes in ``counts`` (``exported.<name>``,
+    ``fallback``, ``failed``), as the bridge's exporters do; an exception from
+    it counts the batch as failed. Lines that are not records, or records that
+    cannot be rebuilt, are listed in ``bad``.
+    """
+    summary = ReplaySummary()
+    batch: list[ReadableSpan] = []
+
+    def flush() -> None:
+        if not batch:
+            return
+        try:
+            exporter.export(list(batch))
+        except Exception:  # noqa: BLE001 - one bad batch must not end the replay
+            counts.add("failed", len(batch))
+        batch.clear()
+
+    for number, size, record, problem in iter_lines(stream):
+        if on_progress is not None:
+            on_progress(size)
+        if record is None:
+            summary.bad.append((number, problem or "unreadable"))
+            continue
+        try:
+            span = record_to_span(record)
+        except ValueError as exc:
+            summary.bad.append((number, str(exc)))
+            continue
+        summary.read += 1
+        batch.append(span)
+        if len(batch) >= batch_size:
+            flush()
+    flush()
+    with contextlib.suppress(Exception):
+        exporter.force_flush()
+    summary.counters = counts.snapshot()
+    return summary
+
+
+def _start_ray_for(config: BridgeConfig, say: Callable[[str], None]) -> Any:
+    """Start (or join, with ``RAY_ADDRESS``) Ray when RL-Insight is otherwise usable; the module, or None."""
+    static = rl_insight_compat.probe_module(config.rl_insight_min_version)
+    url = config.rl_insight_server_url or rl_insight_compat.config_server_url(config.rl_insight_config)
+    if not static.usable or not url:
+        return None
+    ray = sys.modules.get("ray")
+    if ray is None:
+        if distribution_version("ray") is None:
+            return None
+        ray = importlib.import_module("ray")
+    if ray.is_initialized():
+        return None
+    say("starting Ray: RL-Insight exports only from a process where Ray is initialized (--no-init-ray to skip)")
+    ray.init(include_dashboard=False, log_to_driver=False)
+    return ray
