@@ -14,10 +14,38 @@ spans never start, so they are outside the equation.
 
 from __future__ import annotations
 
-import os
+import itertools
 import threading
-import weakref
+from collections.abc import Callable
 from typing import Any
+
+from verl_otel_bridge.forks import reinit_after_fork
+
+#: Counted on every span start and end, so they get lock-free counters.
+HOT_KEYS = ("started", "ended")
+
+
+class HotCounter:
+    """A counter whose increment is one call of ``itertools.count.__next__``.
+
+    That call is atomic under the GIL and takes no lock, so it is cheap enough for
+    every span. Reading consumes one step of the count, which ``_base`` makes up for.
+    """
+
+    def __init__(self) -> None:
+        self._count = itertools.count()
+        self.increment: Callable[[], int] = self._count.__next__
+        self._base = 0
+
+    def read(self) -> int:
+        """The number of increments (readers must hold a lock of their own: reads are not atomic)."""
+        value = next(self._count) - self._base
+        self._base += 1
+        return value
+
+    def zero(self) -> None:
+        """Start again from 0 (keeps ``increment`` valid for whoever holds it)."""
+        self._base = next(self._count) + 1
 
 
 class SpanCounts:
@@ -28,16 +56,22 @@ class SpanCounts:
     """
 
     def __init__(self) -> None:
+        self._hot = {key: HotCounter() for key in HOT_KEYS}
         self._reset()
-        ref = weakref.WeakMethod(self._reset)
-        os.register_at_fork(after_in_child=lambda: (m := ref()) is not None and m())
+        reinit_after_fork(self._reset)
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        for counter in self._hot.values():
+            counter.zero()
+
+    def incrementer(self, key: str) -> Callable[[], int]:
+        """A lock-free ``+1`` for one of :data:`HOT_KEYS`, to call on every span."""
+        return self._hot[key].increment
 
     def add(self, key: str, amount: int = 1) -> None:
-        """Add ``amount`` to counter ``key``."""
+        """Add ``amount`` to counter ``key`` (not one of :data:`HOT_KEYS`)."""
         if amount:
             with self._lock:
                 self._counts[key] = self._counts.get(key, 0) + amount
@@ -45,12 +79,14 @@ class SpanCounts:
     def get(self, key: str) -> int:
         """The current value of ``key`` (0 if never counted)."""
         with self._lock:
-            return self._counts.get(key, 0)
+            hot = self._hot.get(key)
+            return hot.read() if hot is not None else self._counts.get(key, 0)
 
     def snapshot(self) -> dict[str, Any]:
         """Counters for ``status()``: the terminal buckets, ``exported`` by exporter, then any others."""
         with self._lock:
             counts = dict(self._counts)
+            counts.update({key: counter.read() for key, counter in self._hot.items()})
         exported = {k.split(".", 1)[1]: v for k, v in counts.items() if k.startswith("exported.")}
         summary: dict[str, Any] = {
             key: counts.get(key, 0)

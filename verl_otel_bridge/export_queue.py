@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from opentelemetry.sdk.trace import ReadableSpan
+
+from verl_otel_bridge.accounting import HotCounter
+from verl_otel_bridge.forks import reinit_after_fork
 
 logger = logging.getLogger("verl_otel_bridge.export_queue")
 
@@ -42,38 +43,53 @@ class QueueSettings:
 class ExportQueue:
     """Batches spans to ``export`` (called on a daemon worker thread, must not raise)."""
 
-    def __init__(self, export: ExportBatch, settings: QueueSettings) -> None:
+    def __init__(
+        self, export: ExportBatch, settings: QueueSettings, on_late_batch: Callable[[int], None] | None = None
+    ) -> None:
+        """``on_late_batch(n)`` is called if a batch of ``n`` spans that :meth:`shutdown`
+        reported as abandoned is exported after all (so it can be uncounted)."""
         self._export = export
+        self._on_late_batch = on_late_batch
         self._max_size = settings.max_size
         self._batch_size = settings.batch_size
         self._delay_s = settings.delay_s
         self._start()
-        ref = weakref.WeakMethod(self._start)
-        os.register_at_fork(after_in_child=lambda: (m := ref()) is not None and m())
+        reinit_after_fork(self._start)
 
     def _start(self) -> None:
         # Also the after-fork hook: the child starts empty, so spans the parent
         # had queued are exported once, by the parent.
         self._cond = threading.Condition(threading.Lock())
         self._items: collections.deque[ReadableSpan] = collections.deque()
-        self._enqueued = 0
+        self._enqueued = HotCounter()
+        self._count_enqueued = self._enqueued.increment
         self._settled = 0
         self._in_flight = 0
+        self._abandoned_in_flight = 0
         self._stopping = False
         self._wake = threading.Event()
         self._worker = threading.Thread(target=self._run, name="verl-otel-bridge-export", daemon=True)
         self._worker.start()
 
     def put(self, span: ReadableSpan) -> bool:
-        """Queue ``span``; False (nothing queued) when full or shut down."""
-        with self._cond:
-            if self._stopping or len(self._items) >= self._max_size:
-                return False
-            self._items.append(span)
-            self._enqueued += 1
-            full_batch = len(self._items) >= self._batch_size
-        if full_batch or not self._delay_s:  # a zero delay means: export at once
-            self._wake.set()
+        """Queue ``span``; False (nothing queued) when full or shut down.
+
+        Takes no lock: ``deque.append`` and the counter are atomic, and a race on
+        the length check can overfill the queue by at most one span per thread.
+        """
+        items = self._items
+        if self._stopping or len(items) >= self._max_size:
+            return False
+        items.append(span)
+        if self._stopping:  # shutdown began meanwhile: take the span back unless it was already taken
+            try:
+                items.remove(span)
+            except ValueError:
+                return True
+            return False
+        self._count_enqueued()
+        if (len(items) >= self._batch_size or not self._delay_s) and not self._wake.is_set():
+            self._wake.set()  # a zero delay means: export at once
         return True
 
     def __len__(self) -> int:
@@ -82,7 +98,7 @@ class ExportQueue:
     def force_flush(self, timeout_s: float) -> bool:
         """Wait until every span queued before the call was exported; False on timeout."""
         with self._cond:
-            target = self._enqueued
+            target = self._enqueued.read()
         self._wake.set()
         with self._cond:
             return (
@@ -94,17 +110,19 @@ class ExportQueue:
         """Export what is queued, stop the worker; returns spans abandoned on timeout.
 
         Abandoned means still queued, or in the batch the exporter has not returned
-        from (if a hung exporter ever returns, that batch may be counted twice).
+        from (should a hung exporter return later, ``on_late_batch`` says so).
         """
         with self._cond:
             self._stopping = True
         self._wake.set()
         self._worker.join(timeout_s)
-        if not self._worker.is_alive():
-            return 0
         with self._cond:
-            abandoned = len(self._items) + self._in_flight
+            # Also spans a lock-free put() appended after the worker's last look.
+            self._abandoned_in_flight = self._in_flight if self._worker.is_alive() else 0
+            abandoned = len(self._items) + self._abandoned_in_flight
             self._items.clear()
+        if not self._worker.is_alive():
+            return abandoned
         logger.warning(
             "export did not finish within %.1f s; %d queued spans abandoned (the exporter may be hung)",
             timeout_s,
@@ -131,6 +149,9 @@ class ExportQueue:
                 with self._cond:
                     self._settled += len(batch)
                     self._in_flight = 0
+                    late, self._abandoned_in_flight = self._abandoned_in_flight, 0
                     self._cond.notify_all()
+                if late and self._on_late_batch is not None:
+                    self._on_late_batch(late)
             if stopping:
                 return

@@ -6,6 +6,8 @@ import logging
 import threading
 import time
 
+from verl_otel_bridge.forks import reinit_after_fork
+
 _MAX_KEYS = 1024
 
 
@@ -20,6 +22,10 @@ class OnceLogger:
     def __init__(self, logger: logging.Logger) -> None:
         self.logger = logger
         self._seen: set[str] = set()
+        self._new_lock()
+        reinit_after_fork(self._new_lock)
+
+    def _new_lock(self) -> None:
         self._lock = threading.Lock()
 
     def log(self, key: str, level: int, msg: str, *args: object) -> bool:
@@ -41,6 +47,10 @@ class Reminder:
         self.logger = logger
         self.interval_s = interval_s
         self._last: float | None = None
+        self._new_lock()
+        reinit_after_fork(self._new_lock)
+
+    def _new_lock(self) -> None:
         self._lock = threading.Lock()
 
     def due(self) -> bool:

@@ -11,9 +11,15 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.export_queue import ExportQueue, QueueSettings
-from verl_otel_bridge.identity import current_identity
+from verl_otel_bridge.identity import SessionIdentity, current_identity
 
 logger = logging.getLogger("verl_otel_bridge.processors")
+
+
+def stamped(span: Span, identity: SessionIdentity) -> bool:
+    """Whether ``span`` was created with ``identity``'s attributes (the bridge's own spans are)."""
+    attributes = span.attributes
+    return attributes is not None and attributes.get("state_lane_id") is identity.state_lane_id
 
 
 class IdentitySpanProcessor(SpanProcessor):
@@ -26,7 +32,7 @@ class IdentitySpanProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         identity = current_identity()
-        if identity is not None:
+        if identity is not None and not stamped(span, identity):
             span.set_attributes(identity.attributes)
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -50,18 +56,24 @@ class ExportSpanProcessor(SpanProcessor):
     def __init__(self, exporter: SpanExporter, counts: SpanCounts, queue: QueueSettings | None) -> None:
         self.exporter = exporter
         self.counts = counts
-        self.queue = ExportQueue(self.export_batch, queue) if queue is not None else None
+        self.queue = ExportQueue(self.export_batch, queue, self._uncount_dropped) if queue is not None else None
         self._shut_down = False
+        self._count_start = counts.incrementer("started")
+        self._count_end = counts.incrementer("ended")
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        self.counts.add("started")
+        self._count_start()
 
     def on_end(self, span: ReadableSpan) -> None:
-        self.counts.add("ended")
+        self._count_end()
         if self.queue is None:
             self.export_batch([span])
         elif not self.queue.put(span):
             self.counts.add("dropped")
+
+    def _uncount_dropped(self, spans: int) -> None:
+        # A batch counted as dropped at shutdown was exported (and counted) after all.
+        self.counts.add("dropped", -spans)
 
     def export_batch(self, spans: Sequence[ReadableSpan]) -> None:
         """Export ``spans``; exporters in the bridge count their own outcome."""

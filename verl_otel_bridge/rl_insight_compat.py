@@ -109,8 +109,16 @@ def probe_module(minimum_version: str) -> Probe:
         )
     try:
         trace_span = getattr(module, "trace_span", None)
-    except Exception:  # noqa: BLE001 - lazy attribute loaders can raise anything
-        trace_span = None
+    except Exception as exc:  # noqa: BLE001 - lazy attribute loaders can raise anything
+        # 0.3.0 loads its API lazily: a broken dependency (e.g. omegaconf) surfaces here.
+        return Probe(
+            False,
+            "import_failed",
+            f"rl-insight {raw} is installed but loading rl_insight.trace_span raised {type(exc).__name__}: {exc}; "
+            f"requires >= {minimum_version}",
+            version=str(raw),
+            installed=installed,
+        )
     if not callable(trace_span):
         return Probe(
             False,

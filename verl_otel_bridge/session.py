@@ -89,7 +89,11 @@ class Session:
             )
             return
         self.status = to_text(status)
-        self.trajectories = tuple(trajectories or ())
+        try:
+            self.trajectories = tuple(trajectories or ())
+        except TypeError:
+            logger.warning("session finish(trajectories=%r): not a sequence; recorded as none", trajectories)
+            self.trajectories = ()
         attributes: dict[str, Any] = {
             "runner_name": to_text(runner_name) if runner_name else "",
             "status": self.status,

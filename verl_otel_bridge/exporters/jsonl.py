@@ -7,11 +7,12 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.records import span_to_record
 
 
@@ -31,21 +32,29 @@ class JsonlSpanExporter(SpanExporter):
         self.path = Path(os.fspath(path).replace("{pid}", str(os.getpid()))).expanduser()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file: TextIO | None = self.path.open("a", encoding="utf-8")
+            # Unbuffered, so one batch is one write(2) in append mode and a forked
+            # child inherits no half-written buffer (nor the buffer's lock).
+            self._file: BinaryIO | None = self.path.open("ab", buffering=0)
         except OSError as exc:
             raise ValueError(
                 f"verl_otel_bridge: jsonl_path={str(path)!r} cannot be opened for appending: {exc}"
             ) from exc
+        self._new_lock()
+        reinit_after_fork(self._new_lock)
+
+    def _new_lock(self) -> None:
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         lines = "".join(json.dumps(span_to_record(span), ensure_ascii=False) + "\n" for span in spans)
+        data = lines.encode("utf-8")
         with self._lock:
             if self._file is None:
                 return SpanExportResult.FAILURE
             try:
-                self._file.write(lines)
-                self._file.flush()
+                view = memoryview(data)
+                while view:  # a regular file may take a large write in parts
+                    view = view[self._file.write(view) :]
             except OSError:
                 return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS

@@ -10,6 +10,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from verl_otel_bridge.forks import reinit_after_fork
+
 
 class BoundedMemorySpanExporter(InMemorySpanExporter):
     """An ``InMemorySpanExporter`` holding at most ``max_spans`` spans (oldest evicted).
@@ -22,8 +24,12 @@ class BoundedMemorySpanExporter(InMemorySpanExporter):
         super().__init__()
         self.max_spans = max_spans
         self._spans: collections.deque[ReadableSpan] = collections.deque(maxlen=max_spans)
-        self._spans_lock = threading.Lock()
         self._closed = False
+        self._new_lock()
+        reinit_after_fork(self._new_lock)
+
+    def _new_lock(self) -> None:
+        self._spans_lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closed:

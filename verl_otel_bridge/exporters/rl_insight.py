@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,6 +30,8 @@ SPAN_ID_ATTRIBUTE = "otel.span_id"
 PARENT_SPAN_ID_ATTRIBUTE = "otel.parent_span_id"
 STATUS_CODE_ATTRIBUTE = "otel.status_code"
 STATUS_DESCRIPTION_ATTRIBUTE = "otel.status_description"
+#: How long the export thread waits for RL-Insight's hub to confirm a batch.
+HUB_CONFIRM_TIMEOUT_S = 10.0
 
 
 class RLInsightSpanExporter(SpanExporter):
@@ -97,6 +100,8 @@ class RLInsightSpanExporter(SpanExporter):
         self._reminder = Reminder(logger, config.reminder_interval_s)
         self._otlp: OtlpTransport | None = None
         self._last_transport: str | None = None
+        self._bad_hub: Any = None
+        self._hub_problem: Probe | None = None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
@@ -117,6 +122,9 @@ class RLInsightSpanExporter(SpanExporter):
     def _send_hub(
         self, probe: Probe, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]
     ) -> SpanExportResult:
+        hub = _hub_actor(probe.module)
+        if self._hub_problem is not None and hub is self._bad_hub:
+            return self._hub_unusable(self._hub_problem, spans)
         self._last_transport = "hub"
         trace_span = probe.module.trace_span  # type: ignore[union-attr]
         for index, span in enumerate(spans):
@@ -128,6 +136,9 @@ class RLInsightSpanExporter(SpanExporter):
                     attributes=attributes[index],
                 )
             except Exception as exc:  # noqa: BLE001
+                problem = self._confirm_hub(probe, hub) if index else None
+                if problem is not None:
+                    return self._hub_unusable(problem, spans, hub)
                 self.counts.add("exported.rl_insight", index)
                 self.counts.add("rl_insight_errors")
                 self._once.log(
@@ -141,8 +152,58 @@ class RLInsightSpanExporter(SpanExporter):
                     self.fallback_name,
                 )
                 return self._to_fallback(spans[index:])
+        problem = self._confirm_hub(probe, hub)
+        if problem is not None:
+            return self._hub_unusable(problem, spans, hub)
         self.counts.add("exported.rl_insight", len(spans))
         return SpanExportResult.SUCCESS
+
+    def _confirm_hub(self, probe: Probe, hub: Any) -> Probe | None:
+        """Ask RL-Insight's hub whether it took what ``trace_span`` just handed it; None if so.
+
+        ``trace_span`` is fire-and-forget: it returns normally after the hub actor
+        died, and a hub that found no trace endpoint when it started drops every
+        span; RL-Insight reports neither. Ray runs one handle's calls in order, so
+        ``get_status`` answers after the batch's events were applied.
+        """
+        ray = sys.modules.get("ray")
+        if hub is None or ray is None:
+            return None  # not RL-Insight 0.3.0's Ray client: nothing to ask
+        try:
+            status = ray.get(hub.get_status.remote(), timeout=HUB_CONFIRM_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, getattr(ray.exceptions, "GetTimeoutError", ())):
+                self.counts.add("rl_insight_unconfirmed")
+                self._once.log(
+                    "hub-slow",
+                    logging.WARNING,
+                    "RL-Insight's monitor hub did not confirm a batch within %.0f s; counted as exported",
+                    HUB_CONFIRM_TIMEOUT_S,
+                )
+                return None
+            first_line = (str(exc).strip().splitlines() or [""])[0][:300]
+            return rl_insight_compat._with(
+                probe,
+                "hub_unavailable",
+                f"RL-Insight's monitor hub actor is gone ({type(exc).__name__}: {first_line}); "
+                "rl_insight.trace_span would drop spans without an error",
+            )
+        if isinstance(status, Mapping) and status.get("otel_traces_enabled") is False:
+            return rl_insight_compat._with(
+                probe,
+                "hub_no_traces",
+                "RL-Insight's monitor hub exports no traces (its server was unreachable or advertised no OTLP "
+                "port when the hub started, and it does not ask again)",
+            )
+        return None
+
+    def _hub_unusable(self, problem: Probe, spans: Sequence[ReadableSpan], hub: Any = None) -> SpanExportResult:
+        """The hub cannot deliver: this batch (any of which it may have lost) and later ones go to the fallback."""
+        if hub is not None:
+            self._bad_hub, self._hub_problem = hub, problem
+        self._last = problem
+        self._note_unusable(problem)
+        return self._to_fallback(spans)
 
     def _otlp_ready(self) -> bool:
         if self.transport == "hub":
@@ -273,6 +334,13 @@ class RLInsightSpanExporter(SpanExporter):
         if self._otlp is not None:
             self._otlp.shutdown()
         self.fallback.shutdown()
+
+
+def _hub_actor(module: Any) -> Any:
+    """The Ray actor handle ``rl_insight.trace_span`` sends to (0.3.0: ``api._STATE.client._actor``), or None."""
+    api = sys.modules.get(f"{getattr(module, '__name__', '')}.api")
+    actor = getattr(getattr(getattr(api, "_STATE", None), "client", None), "_actor", None)
+    return actor if actor is not None and hasattr(actor, "get_status") else None
 
 
 def forwarded_attributes(span: ReadableSpan) -> dict[str, Any]:

@@ -17,6 +17,7 @@ exporter uses the hub.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan
@@ -44,27 +45,59 @@ _BACKOFF_START_S = 1.0
 _BACKOFF_MAX_S = 60.0
 
 
-def discover_trace_endpoint(server_url: str, timeout_s: float) -> str | None:
-    """The OTLP/HTTP traces URL RL-Insight's server advertises, or None if it advertises none.
+def fetch_services(server_url: str, timeout_s: float) -> dict[str, Any]:
+    """``GET {server_url}/api/v1/services``: the ports RL-Insight's server advertises.
+
+    User info in the URL (``http://user:pass@host``) is sent as Basic auth, not
+    as part of the address.
 
     Raises:
         OSError: the server did not answer (``urllib.error.URLError`` is an ``OSError``).
-        ValueError: the answer is not the expected JSON object.
+        ValueError: the answer is not a JSON object.
     """
-    base = server_url.rstrip("/")
-    with urllib.request.urlopen(f"{base}{SERVICES_PATH}", timeout=timeout_s) as response:  # noqa: S310
+    parsed = urlparse(server_url.rstrip("/"))
+    netloc = parsed.hostname or ""
+    netloc = f"[{netloc}]" if ":" in netloc else netloc
+    if parsed.port is not None:
+        netloc = f"{netloc}:{parsed.port}"
+    request = urllib.request.Request(parsed._replace(netloc=netloc).geturl() + SERVICES_PATH)  # noqa: S310
+    if parsed.username is not None:
+        token = base64.b64encode(f"{unquote(parsed.username)}:{unquote(parsed.password or '')}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
         data = json.loads(response.read().decode("utf-8"))
     if not isinstance(data, dict):
-        raise ValueError(f"{SERVICES_PATH} answered {type(data).__name__}, not an object")
-    port = data.get("otlp_port")
-    if not port:
-        return None
-    parsed = urlparse(base)
+        raise ValueError(f"{SERVICES_PATH} answered a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def trace_endpoint(server_url: str, otlp_port: Any) -> str:
+    """The OTLP/HTTP traces URL on the server's host at ``otlp_port`` (as RL-Insight's hub builds it).
+
+    Raises:
+        ValueError: no host in ``server_url``, or ``otlp_port`` is not a port number.
+    """
+    parsed = urlparse(server_url)
     host = parsed.hostname or ""
     if not host:
         raise ValueError(f"cannot read a host from {server_url!r}")
     host = f"[{host}]" if ":" in host else host
-    return f"{parsed.scheme or 'http'}://{host}:{int(port)}{TRACES_PATH}"
+    try:
+        port = int(otlp_port)
+    except (TypeError, ValueError):
+        raise ValueError(f"otlp_port {otlp_port!r} is not a port number") from None
+    return f"{parsed.scheme or 'http'}://{host}:{port}{TRACES_PATH}"
+
+
+def discover_trace_endpoint(server_url: str, timeout_s: float) -> str | None:
+    """The OTLP/HTTP traces URL RL-Insight's server advertises, or None if it advertises none.
+
+    Raises:
+        OSError: the server did not answer.
+        ValueError: the answer is not the expected JSON object.
+    """
+    port = fetch_services(server_url, timeout_s).get("otlp_port")
+    return trace_endpoint(server_url, port) if port else None
 
 
 def _without_credentials(text: str, url: str) -> str:
@@ -148,17 +181,19 @@ class OtlpTransport:
         if exporter is None:
             return False
         rewritten = [self._as_hub_would(span, attrs) for span, attrs in zip(spans, attributes, strict=True)]
+        error: str | None = None
         try:
             ok = exporter.export(rewritten) is SpanExportResult.SUCCESS
         except Exception as exc:  # noqa: BLE001
             ok = False
-            self.last_error = f"{type(exc).__name__}: {exc}"
+            error = f"{type(exc).__name__}: {exc}"
         with self._lock:
             if ok:
                 self._sending.succeeded()
+                self.last_error = None  # recovered: status() must not keep reporting an old failure
             else:
                 self._sending.failed()
-                self.last_error = self.last_error or f"export to {self._endpoint} failed"
+                self.last_error = error or f"export to {self._endpoint} failed (the OTLP exporter gave up)"
         return ok
 
     def shutdown(self) -> None:
