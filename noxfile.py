@@ -82,3 +82,10 @@ def integration(session: nox.Session, rl_insight: str) -> None:
         *session.posargs,
         env={**LOOPBACK_ENV, CASE_ENV: rl_insight},
     )
+
+
+@nox.session(tags=["bench"])
+def bench(session: nox.Session) -> None:
+    """bench/run.py: writes bench/results.json, docs/performance.md and docs/performance.png."""
+    install_once(session, "-e", ".[bench]")
+    session.run("python", "bench/run.py", *session.posargs, env=LOOPBACK_ENV)

@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar, overload
 
+from opentelemetry import context as otel_context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import INVALID_SPAN, NoOpTracer, Span, Status, StatusCode, Tracer
+from opentelemetry.trace import INVALID_SPAN, NoOpTracer, Span, Status, StatusCode, Tracer, set_span_in_context
 
 from verl_otel_bridge import __version__
 from verl_otel_bridge.accounting import SpanCounts, balance
@@ -53,6 +54,37 @@ class _NoopSpanContext:
 
 
 _NOOP_SPAN = _NoopSpanContext()
+
+
+class _SpanScope:
+    """``tracer.start_as_current_span(name, attributes=...)`` as one small class.
+
+    The SDK's version nests two generator-based context managers
+    (``start_as_current_span`` and ``use_span``), about 3 µs per span; this does
+    the same in two plain method calls: start the span and make it current on
+    enter; on exit detach, record an ``Exception`` with status ERROR, and end.
+    """
+
+    __slots__ = ("_attributes", "_name", "_span", "_token", "_tracer")
+
+    def __init__(self, tracer: Tracer, name: str, attributes: Mapping[str, AttributeValue] | None) -> None:
+        self._tracer = tracer
+        self._name = name
+        self._attributes = attributes
+
+    def __enter__(self) -> Span:
+        span = self._span = self._tracer.start_span(self._name, attributes=self._attributes)
+        self._token = otel_context.attach(set_span_in_context(span))
+        return span
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        span = self._span
+        otel_context.detach(self._token)
+        # As use_span: only an Exception (not GeneratorExit, KeyboardInterrupt, ...) is an error.
+        if isinstance(exc, Exception) and span.is_recording():
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        span.end()
 
 
 class Bridge:
@@ -183,7 +215,7 @@ class Bridge:
             return _NOOP_SPAN
         if name.__class__ is not str or not name:
             name = self._span_name(name)
-        return self.tracer.start_as_current_span(name, attributes=self._with_identity(attributes))
+        return _SpanScope(self.tracer, name, self._with_identity(attributes))
 
     @overload
     def traced(self, name: F, /) -> F: ...

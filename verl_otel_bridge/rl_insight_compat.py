@@ -43,7 +43,9 @@ class Probe:
         reason: a stable code: ``ok``, ``not_installed``, ``import_failed``,
             ``no_version``, ``version_unparsable``, ``version_too_old``,
             ``no_trace_span``, ``no_server_url``, ``ray_not_initialized``,
-            ``init_failed``.
+            ``init_failed``; and, found by the exporter after handing RL-Insight a
+            batch, ``hub_unavailable`` (its hub actor is gone) and ``hub_no_traces``
+            (its hub exports no traces).
         detail: one sentence for humans: what is installed, what is required.
         version: the module's ``__version__`` (None when absent).
         installed: the installed distribution's version from package metadata,

@@ -44,8 +44,9 @@ class RLInsightSpanExporter(SpanExporter):
     with the project and experiment name. Otherwise spans go to ``fallback``
     (a bounded in-memory exporter by default), one log line per reason says
     why, and :meth:`status` keeps saying it. A ``trace_span`` call that raises
-    sends that span and the rest of its batch to the fallback. Nothing here
-    raises into the caller.
+    sends that span and the rest of its batch to the fallback; so does a batch
+    RL-Insight's hub does not confirm (a dead hub actor, or one exporting no
+    traces: ``trace_span`` reports neither). Nothing here raises into the caller.
 
     ``transport`` picks how spans reach RL-Insight's trace store (see
     :mod:`verl_otel_bridge.exporters.rl_insight_otlp`): ``hub`` calls
@@ -95,6 +96,9 @@ class RLInsightSpanExporter(SpanExporter):
         self.counts = counts if counts is not None else SpanCounts()
         self._lock = threading.Lock()
         self._static: Probe | None = None
+        # Importing RL-Insight pulls in Ray (seconds): start now, off the export thread,
+        # so the first export does not stall while spans pile up in the queue.
+        threading.Thread(target=self._static_probe, name="verl-otel-bridge-probe", daemon=True).start()
         self._last: Probe | None = None
         self._once = OnceLogger(logger)
         self._reminder = Reminder(logger, config.reminder_interval_s)
@@ -115,7 +119,7 @@ class RLInsightSpanExporter(SpanExporter):
         for span in spans:
             if is_session_span(span):
                 self._publish_gauges(probe, span)
-        if self._otlp_ready() and self._send_otlp(spans, attributes):
+        if self._otlp_ready(probe.module) and self._send_otlp(spans, attributes):
             return SpanExportResult.SUCCESS
         return self._send_hub(probe, spans, attributes)
 
@@ -205,17 +209,23 @@ class RLInsightSpanExporter(SpanExporter):
         self._note_unusable(problem)
         return self._to_fallback(spans)
 
-    def _otlp_ready(self) -> bool:
+    def _otlp_ready(self, module: Any = None) -> bool:
         if self.transport == "hub":
             return False
         if self._otlp is None:
             section = (self.init_config or {}).get("server")
             server: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
             url = self.server_url or os.environ.get(rl_insight_compat.SERVER_URL_ENV, "") or server.get("url", "")
+            # What the hub adds comes from RL-Insight's own init (which may not have been the bridge's).
+            state = _rl_insight_state(module)
+            labels = getattr(state, "labels", None)
+            namespace = getattr(state, "namespace", None) or server.get("namespace") or DEFAULT_NAMESPACE
             self._otlp = OtlpTransport(
                 str(url).strip(),
-                namespace=str(server.get("namespace") or DEFAULT_NAMESPACE),
-                labels={"project": self.project, "experiment_name": self.experiment_name},
+                namespace=str(namespace),
+                labels=dict(labels)
+                if isinstance(labels, Mapping)
+                else {"project": self.project, "experiment_name": self.experiment_name},
             )
         ready = self._otlp.available()
         if not ready and self.transport == "otlp":
@@ -245,12 +255,15 @@ class RLInsightSpanExporter(SpanExporter):
         )
         return False
 
-    def probe(self, *, initialize: bool = False) -> Probe:
-        """Check RL-Insight now; with ``initialize``, also run ``rl_insight.init`` once if needed."""
+    def _static_probe(self) -> Probe:
         with self._lock:
             if self._static is None:
                 self._static = rl_insight_compat.probe_module(self.minimum_version)
-            static = self._static
+            return self._static
+
+    def probe(self, *, initialize: bool = False) -> Probe:
+        """Check RL-Insight now; with ``initialize``, also run ``rl_insight.init`` once if needed."""
+        static = self._static_probe()
         probe = rl_insight_compat.check_runtime(
             static, self.server_url or rl_insight_compat.config_server_url(self.init_config)
         )
@@ -336,10 +349,16 @@ class RLInsightSpanExporter(SpanExporter):
         self.fallback.shutdown()
 
 
+def _rl_insight_state(module: Any) -> Any:
+    """RL-Insight 0.3.0's per-process state (``rl_insight.api._STATE``: labels, namespace, client), or None."""
+    if module is None:
+        return None
+    return getattr(sys.modules.get(f"{getattr(module, '__name__', '')}.api"), "_STATE", None)
+
+
 def _hub_actor(module: Any) -> Any:
     """The Ray actor handle ``rl_insight.trace_span`` sends to (0.3.0: ``api._STATE.client._actor``), or None."""
-    api = sys.modules.get(f"{getattr(module, '__name__', '')}.api")
-    actor = getattr(getattr(getattr(api, "_STATE", None), "client", None), "_actor", None)
+    actor = getattr(getattr(_rl_insight_state(module), "client", None), "_actor", None)
     return actor if actor is not None and hasattr(actor, "get_status") else None
 
 
