@@ -149,7 +149,7 @@ def check_runtime(probe: Probe, server_url: str | None) -> Probe:
         return probe
     url = server_url or os.environ.get(SERVER_URL_ENV, "").strip()
     if not url:
-        return _with(probe, "no_server_url", f"{SERVER_URL_ENV} is not set, so RL-Insight would disable itself")
+        return with_reason(probe, "no_server_url", f"{SERVER_URL_ENV} is not set, so RL-Insight would disable itself")
     ray = sys.modules.get("ray")
     try:
         if ray is None:
@@ -158,11 +158,12 @@ def check_runtime(probe: Probe, server_url: str | None) -> Probe:
     except Exception:  # noqa: BLE001
         ray_ready = False
     if not ray_ready:
-        return _with(probe, "ray_not_initialized", "Ray is not initialized, so RL-Insight would disable itself")
+        return with_reason(probe, "ray_not_initialized", "Ray is not initialized, so RL-Insight would disable itself")
     return probe
 
 
-def _with(probe: Probe, reason: str, detail: str) -> Probe:
+def with_reason(probe: Probe, reason: str, detail: str) -> Probe:
+    """``probe`` made unusable for ``reason``, its ``detail`` extended with ``detail``."""
     return Probe(False, reason, f"{probe.detail}: {detail}", probe.version, probe.installed, probe.module)
 
 
@@ -219,11 +220,11 @@ def ensure_initialized(
                 module.init(project=project, experiment_name=experiment_name, config=dict(config or {}))
             except Exception as exc:  # noqa: BLE001
                 _INIT.error = f"rl_insight.init raised {type(exc).__name__}: {exc}"
-                return _with(probe, "init_failed", _INIT.error)
+                return with_reason(probe, "init_failed", _INIT.error)
         state = is_initialized(module)
         error = _INIT.error
     if state is False:
-        return _with(
+        return with_reason(
             probe,
             "init_failed",
             error or "RL-Insight monitoring is off after init (init failed, see its log, or rl_insight.finish() ran)",

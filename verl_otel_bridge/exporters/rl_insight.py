@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,6 +15,7 @@ from verl_otel_bridge import rl_insight_compat
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.exporters.named import named_exporter
+from verl_otel_bridge.exporters.rl_insight_hub import HubTransport, rl_insight_state
 from verl_otel_bridge.exporters.rl_insight_otlp import DEFAULT_NAMESPACE, OtlpTransport
 from verl_otel_bridge.logs import OnceLogger, Reminder
 from verl_otel_bridge.rl_insight_compat import Probe
@@ -30,8 +30,6 @@ SPAN_ID_ATTRIBUTE = "otel.span_id"
 PARENT_SPAN_ID_ATTRIBUTE = "otel.parent_span_id"
 STATUS_CODE_ATTRIBUTE = "otel.status_code"
 STATUS_DESCRIPTION_ATTRIBUTE = "otel.status_description"
-#: How long the export thread waits for RL-Insight's hub to confirm a batch.
-HUB_CONFIRM_TIMEOUT_S = 10.0
 
 
 class RLInsightSpanExporter(SpanExporter):
@@ -104,8 +102,7 @@ class RLInsightSpanExporter(SpanExporter):
         self._reminder = Reminder(logger, config.reminder_interval_s)
         self._otlp: OtlpTransport | None = None
         self._last_transport: str | None = None
-        self._bad_hub: Any = None
-        self._hub_problem: Probe | None = None
+        self._hub = HubTransport()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
@@ -126,88 +123,38 @@ class RLInsightSpanExporter(SpanExporter):
     def _send_hub(
         self, probe: Probe, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]
     ) -> SpanExportResult:
-        hub = _hub_actor(probe.module)
-        if self._hub_problem is not None and hub is self._bad_hub:
-            return self._hub_unusable(self._hub_problem, spans)
+        assert probe.module is not None
         self._last_transport = "hub"
-        trace_span = probe.module.trace_span  # type: ignore[union-attr]
-        for index, span in enumerate(spans):
-            try:
-                trace_span(
-                    name=span.name,
-                    start_time_ns=span.start_time,
-                    end_time_ns=span.end_time,
-                    attributes=attributes[index],
-                )
-            except Exception as exc:  # noqa: BLE001
-                problem = self._confirm_hub(probe, hub) if index else None
-                if problem is not None:
-                    return self._hub_unusable(problem, spans, hub)
-                self.counts.add("exported.rl_insight", index)
-                self.counts.add("rl_insight_errors")
-                self._once.log(
-                    f"raised:{type(exc).__name__}",
-                    logging.WARNING,
-                    "rl_insight.trace_span raised %s: %s; that span and the rest of its batch (%d) go to the %s "
-                    "exporter",
-                    type(exc).__name__,
-                    exc,
-                    len(spans) - index,
-                    self.fallback_name,
-                )
-                return self._to_fallback(spans[index:])
-        problem = self._confirm_hub(probe, hub)
-        if problem is not None:
-            return self._hub_unusable(problem, spans, hub)
-        self.counts.add("exported.rl_insight", len(spans))
-        return SpanExportResult.SUCCESS
-
-    def _confirm_hub(self, probe: Probe, hub: Any) -> Probe | None:
-        """Ask RL-Insight's hub whether it took what ``trace_span`` just handed it; None if so.
-
-        ``trace_span`` is fire-and-forget: it returns normally after the hub actor
-        died, and a hub that found no trace endpoint when it started drops every
-        span; RL-Insight reports neither. Ray runs one handle's calls in order, so
-        ``get_status`` answers after the batch's events were applied.
-        """
-        ray = sys.modules.get("ray")
-        if hub is None or ray is None:
-            return None  # not RL-Insight 0.3.0's Ray client: nothing to ask
-        try:
-            status = ray.get(hub.get_status.remote(), timeout=HUB_CONFIRM_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001
-            if isinstance(exc, getattr(ray.exceptions, "GetTimeoutError", ())):
-                self.counts.add("rl_insight_unconfirmed")
-                self._once.log(
-                    "hub-slow",
-                    logging.WARNING,
-                    "RL-Insight's monitor hub did not confirm a batch within %.0f s; counted as exported",
-                    HUB_CONFIRM_TIMEOUT_S,
-                )
-                return None
-            first_line = (str(exc).strip().splitlines() or [""])[0][:300]
-            return rl_insight_compat._with(
-                probe,
-                "hub_unavailable",
-                f"RL-Insight's monitor hub actor is gone ({type(exc).__name__}: {first_line}); "
-                "rl_insight.trace_span would drop spans without an error",
+        outcome = self._hub.send(probe.module, spans, attributes)
+        if outcome.problem is not None:
+            # The hub cannot deliver: this batch (any of which it may have lost) and later ones go to the fallback.
+            problem = rl_insight_compat.with_reason(probe, *outcome.problem)
+            self._last = problem
+            self._note_unusable(problem)
+            return self._to_fallback(spans)
+        self.counts.add("exported.rl_insight", outcome.sent)
+        if outcome.unconfirmed:
+            self.counts.add("rl_insight_unconfirmed")
+            self._once.log(
+                "hub-slow",
+                logging.WARNING,
+                "RL-Insight's monitor hub did not confirm a batch within %.0f s; counted as exported",
+                self._hub.confirm_timeout_s,
             )
-        if isinstance(status, Mapping) and status.get("otel_traces_enabled") is False:
-            return rl_insight_compat._with(
-                probe,
-                "hub_no_traces",
-                "RL-Insight's monitor hub exports no traces (its server was unreachable or advertised no OTLP "
-                "port when the hub started, and it does not ask again)",
-            )
-        return None
-
-    def _hub_unusable(self, problem: Probe, spans: Sequence[ReadableSpan], hub: Any = None) -> SpanExportResult:
-        """The hub cannot deliver: this batch (any of which it may have lost) and later ones go to the fallback."""
-        if hub is not None:
-            self._bad_hub, self._hub_problem = hub, problem
-        self._last = problem
-        self._note_unusable(problem)
-        return self._to_fallback(spans)
+        if outcome.error is None:
+            return SpanExportResult.SUCCESS
+        exc = outcome.error
+        self.counts.add("rl_insight_errors")
+        self._once.log(
+            f"raised:{type(exc).__name__}",
+            logging.WARNING,
+            "rl_insight.trace_span raised %s: %s; that span and the rest of its batch (%d) go to the %s exporter",
+            type(exc).__name__,
+            exc,
+            len(spans) - outcome.sent,
+            self.fallback_name,
+        )
+        return self._to_fallback(spans[outcome.sent :])
 
     def _otlp_ready(self, module: Any = None) -> bool:
         if self.transport == "hub":
@@ -217,7 +164,7 @@ class RLInsightSpanExporter(SpanExporter):
             server: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
             url = self.server_url or os.environ.get(rl_insight_compat.SERVER_URL_ENV, "") or server.get("url", "")
             # What the hub adds comes from RL-Insight's own init (which may not have been the bridge's).
-            state = _rl_insight_state(module)
+            state = rl_insight_state(module)
             labels = getattr(state, "labels", None)
             namespace = getattr(state, "namespace", None) or server.get("namespace") or DEFAULT_NAMESPACE
             self._otlp = OtlpTransport(
@@ -347,19 +294,6 @@ class RLInsightSpanExporter(SpanExporter):
         if self._otlp is not None:
             self._otlp.shutdown()
         self.fallback.shutdown()
-
-
-def _rl_insight_state(module: Any) -> Any:
-    """RL-Insight 0.3.0's per-process state (``rl_insight.api._STATE``: labels, namespace, client), or None."""
-    if module is None:
-        return None
-    return getattr(sys.modules.get(f"{getattr(module, '__name__', '')}.api"), "_STATE", None)
-
-
-def _hub_actor(module: Any) -> Any:
-    """The Ray actor handle ``rl_insight.trace_span`` sends to (0.3.0: ``api._STATE.client._actor``), or None."""
-    actor = getattr(getattr(_rl_insight_state(module), "client", None), "_actor", None)
-    return actor if actor is not None and hasattr(actor, "get_status") else None
 
 
 def forwarded_attributes(span: ReadableSpan) -> dict[str, Any]:
