@@ -17,7 +17,16 @@ from typing import Any, TypeVar, overload
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import INVALID_SPAN, NoOpTracer, Span, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    NoOpTracer,
+    Span,
+    Status,
+    StatusCode,
+    Tracer,
+    set_span_in_context,
+    use_span,
+)
 
 from verl_otel_bridge import __version__
 from verl_otel_bridge.accounting import SpanCounts, balance
@@ -164,16 +173,17 @@ class Bridge:
         ``bridge.session(**identity.to_dict())`` works: ``state_lane_id`` is
         accepted and checked (a mismatch is logged; the keys win).
         """
-        identity = SessionIdentity.create(
+        current = self.start_session(
             sample=sample,
             session=session,
             traj=traj,
             uid=uid,
             global_steps=global_steps,
             session_id=session_id,
-            project=self.config.project if project is None else project,
-            experiment_name=self.config.experiment_name if experiment_name is None else experiment_name,
+            project=project,
+            experiment_name=experiment_name,
         )
+        identity, span = current.identity, current.span
         if state_lane_id is not None and state_lane_id != identity.state_lane_id:
             self._once.log(
                 "state_lane_id",
@@ -184,14 +194,8 @@ class Bridge:
             )
         with (
             using_identity(identity),
-            self.tracer.start_as_current_span(
-                SESSION_SPAN_NAME,
-                attributes=session_start_attributes(identity),
-                record_exception=False,
-                set_status_on_exception=False,
-            ) as span,
+            use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False),
         ):
-            current = Session(identity, span, self)
             try:
                 yield current
             except BaseException as exc:
@@ -203,6 +207,41 @@ class Bridge:
                 raise
             if not current.finished:
                 current.finish(status="success")
+
+    def start_session(
+        self,
+        *,
+        sample: Any,
+        session: Any,
+        traj: Any = 0,
+        uid: Any = None,
+        global_steps: Any = None,
+        session_id: Any = None,
+        project: Any = None,
+        experiment_name: Any = None,
+    ) -> Session:
+        """Start a session without making it current: its ``agent_session`` span starts now and
+        ends when the caller calls ``session.span.end()``.
+
+        For APIs shaped like RL-Insight's ``agent_loop_session`` (see
+        :mod:`verl_otel_bridge.verl`); :meth:`session` is the usual way. ``project``
+        and ``experiment_name`` default to the config's.
+        """
+        identity = SessionIdentity.create(
+            sample=sample,
+            session=session,
+            traj=traj,
+            uid=uid,
+            global_steps=global_steps,
+            session_id=session_id,
+            project=self.config.project if project is None else project,
+            experiment_name=self.config.experiment_name if experiment_name is None else experiment_name,
+        )
+        with using_identity(identity):  # so no enclosing session's identity is stamped over it
+            span = self.tracer.start_span(
+                SESSION_SPAN_NAME, attributes={**identity.attributes, **session_start_attributes(identity)}
+            )
+        return Session(identity, span, self)
 
     def span(self, name: str, **attributes: Any) -> Any:
         """A context manager around one span named ``name``, yielding the OpenTelemetry span.

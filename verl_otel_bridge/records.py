@@ -53,6 +53,26 @@ def span_to_record(span: ReadableSpan) -> dict[str, Any]:
     }
 
 
+def replace_span(span: ReadableSpan, **changes: Any) -> ReadableSpan:
+    """A copy of ``span`` with some of ``ReadableSpan``'s constructor arguments replaced."""
+    arguments: dict[str, Any] = {
+        "name": span.name,
+        "context": span.get_span_context(),
+        "parent": span.parent,
+        "resource": span.resource,
+        "attributes": span.attributes,
+        "events": span.events,
+        "links": span.links,
+        "kind": span.kind,
+        "status": span.status,
+        "start_time": span.start_time,
+        "end_time": span.end_time,
+        "instrumentation_scope": span.instrumentation_scope,
+    }
+    arguments.update(changes)
+    return ReadableSpan(**arguments)
+
+
 def _plain(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     if not attributes:
         return {}

@@ -62,8 +62,14 @@ class Probe:
 
     @property
     def static(self) -> bool:
-        """True when the reason cannot change while the process runs."""
-        return self.reason not in ("ok", "no_server_url", "ray_not_initialized", "init_failed")
+        """True when the reason cannot change while the process runs (what is installed)."""
+        return self.reason in STATIC_REASONS
+
+
+#: Reasons fixed by what is installed; the others (server URL, Ray, init, the hub) can change at runtime.
+STATIC_REASONS = frozenset(
+    {"not_installed", "import_failed", "no_version", "version_unparsable", "version_too_old", "no_trace_span"}
+)
 
 
 def probe_module(minimum_version: str) -> Probe:
@@ -182,6 +188,27 @@ class _InitOnce:
         self.calls = 0
         #: Why the one ``init`` call failed, kept so later checks still say it.
         self.error: str | None = None
+        #: Unusable-reasons already logged in this process (see :func:`claim_reason`).
+        self.said: set[tuple[object, ...]] = set()
+        self.said_lock = threading.Lock()
+
+
+def claim_reason(noted: set[str], reason: str, key: tuple[object, ...]) -> bool | None:
+    """Atomically: None if ``noted`` (one exporter's) has ``reason`` already; else record it there
+    and return whether ``key`` is new in this process.
+
+    A reason that cannot change while the process runs (``Probe.static``) is
+    logged once per process, not once per bridge: a process that replaces its
+    bridge (spans before ``RLInsightLogger.init``, a second run) says it once.
+    """
+    with _INIT.said_lock:
+        if reason in noted:
+            return None
+        noted.add(reason)
+        if key in _INIT.said:
+            return False
+        _INIT.said.add(key)
+        return True
 
 
 _INIT = _InitOnce()
@@ -190,6 +217,7 @@ _INIT = _InitOnce()
 def _after_fork_in_child() -> None:
     # A thread of the parent may have held the lock during rl_insight.init.
     _INIT.lock = threading.Lock()
+    _INIT.said_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -22,17 +22,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from opentelemetry.trace import Span
 from packaging.version import Version
 
 from verl_otel_bridge import rl_insight_compat
-from verl_otel_bridge.bridge import Bridge
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.current import configure, get_bridge
-from verl_otel_bridge.identity import SessionIdentity
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.rl_insight_compat import Probe
-from verl_otel_bridge.session import SESSION_SPAN_NAME, Session, session_start_attributes
+from verl_otel_bridge.session import Session
 
 logger = logging.getLogger("verl_otel_bridge.verl")
 
@@ -44,10 +41,10 @@ class AgentLoopSession:
     :meth:`finish`; it is not made current, as RL-Insight's object is not.
     """
 
-    def __init__(self, identity: SessionIdentity, span: Span, bridge: Bridge) -> None:
-        self.identity: dict[str, Any] = identity.to_dict()
-        self.start_ns: int = getattr(span, "start_time", None) or 0
-        self._session = Session(identity, span, bridge)
+    def __init__(self, session: Session) -> None:
+        self.identity: dict[str, Any] = session.identity.to_dict()
+        self.start_ns: int = getattr(session.span, "start_time", None) or 0
+        self._session = session
 
     def finish(
         self,
@@ -156,21 +153,16 @@ class RLInsightLogger:
         session_id: Any = None,
     ) -> AgentLoopSession:
         """Start an agent-loop session; the identity's project and experiment come from the bridge config."""
-        bridge = get_bridge()
-        identity = SessionIdentity.create(
+        session_ = get_bridge().start_session(
             sample=sample,
             session=session,
             traj=traj,
             uid=uid,
             global_steps=global_steps,
             session_id=session_id,
-            project=bridge.config.project,
-            experiment_name=experiment_name if experiment_name is not None else bridge.config.experiment_name,
+            experiment_name=experiment_name,
         )
-        span = bridge.tracer.start_span(
-            SESSION_SPAN_NAME, attributes={**identity.attributes, **session_start_attributes(identity)}
-        )
-        return AgentLoopSession(identity, span, bridge)
+        return AgentLoopSession(session_)
 
     @classmethod
     def register_metrics(

@@ -8,6 +8,8 @@ from typing import Any
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from verl_otel_bridge.records import replace_span
+
 #: What a redacted value becomes.
 REDACTED = "[REDACTED]"
 
@@ -34,19 +36,10 @@ class RedactingSpanExporter(SpanExporter):
             self.keys.intersection(e.attributes or {}) for e in events
         ):
             return span
-        return ReadableSpan(
-            name=span.name,
-            context=span.get_span_context(),
-            parent=span.parent,
-            resource=span.resource,
+        return replace_span(
+            span,
             attributes=self._mask(attributes),
             events=[Event(e.name, self._mask(e.attributes or {}), e.timestamp) for e in events],
-            links=span.links,
-            kind=span.kind,
-            status=span.status,
-            start_time=span.start_time,
-            end_time=span.end_time,
-            instrumentation_scope=span.instrumentation_scope,
         )
 
     def _mask(self, attributes: Mapping[str, Any]) -> dict[str, Any]:

@@ -99,6 +99,7 @@ class RLInsightSpanExporter(SpanExporter):
         threading.Thread(target=self._static_probe, name="verl-otel-bridge-probe", daemon=True).start()
         self._last: Probe | None = None
         self._once = OnceLogger(logger)
+        self._noted: set[str] = set()  # static reasons this exporter has already noted
         self._reminder = Reminder(logger, config.reminder_interval_s)
         self._otlp: OtlpTransport | None = None
         self._last_transport: str | None = None
@@ -269,9 +270,14 @@ class RLInsightSpanExporter(SpanExporter):
 
     def _note_unusable(self, probe: Probe) -> None:
         level = logging.WARNING if self.explicit else logging.INFO
-        first = self._once.log(
+        first_level: int | None = level
+        if probe.static:  # cannot change in this process: said once per process, not per bridge
+            key = (probe.reason, level, self.fallback_name)
+            claimed = rl_insight_compat.claim_reason(self._noted, probe.reason, key)
+            first_level = None if claimed is None else level if claimed else logging.DEBUG
+        first = first_level is not None and self._once.log(
             probe.reason,
-            level,
+            first_level,
             "RL-Insight is not usable (%s): %s; spans go to the %s exporter instead",
             probe.reason,
             probe.detail,

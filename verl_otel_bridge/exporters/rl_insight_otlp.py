@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge.config import without_userinfo
+from verl_otel_bridge.records import replace_span
 
 logger = logging.getLogger("verl_otel_bridge.exporters.rl_insight_otlp")
 
@@ -229,17 +230,4 @@ class OtlpTransport:
 
     def _as_hub_would(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> ReadableSpan:
         merged = {"process_id": str(os.getpid()), **self._labels, **attributes}
-        return ReadableSpan(
-            name=span.name,
-            context=span.get_span_context(),
-            parent=span.parent,
-            resource=self._resource,
-            attributes=merged,
-            events=span.events,
-            links=span.links,
-            kind=span.kind,
-            status=span.status,
-            start_time=span.start_time,
-            end_time=span.end_time,
-            instrumentation_scope=span.instrumentation_scope,
-        )
+        return replace_span(span, resource=self._resource, attributes=merged)
