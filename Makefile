@@ -31,7 +31,7 @@ lint: $(READY)  ## ruff (lint + format check) and mypy --strict
 	$(BIN)/mypy
 
 docs: $(READY)  ## the documentation site, built strictly into site/
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(READY)  ## benchmarks against bare OpenTelemetry and verl's direct RL-Insight calls
 	$(BIN)/nox -s bench

@@ -29,7 +29,7 @@ nox.options.sessions = ["unit", "integration"]
 
 ROOT = Path(__file__).resolve().parent
 RL_INSIGHT_CASES = ("none", "0.1.0", "0.2.0", "0.3.0")
-CASE_ENV = "VERL_OTEL_BRIDGE_TEST_RL_INSIGHT"
+CASE_ENV = "RL_INSIGHT_TEST_CASE"
 # Tests send traffic to 127.0.0.1 only: Ray must not pick an external address
 # (read when ray is first imported), report usage stats, or use a proxy.
 LOOPBACK_ENV = {

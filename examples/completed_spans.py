@@ -27,12 +27,11 @@ def timings_from_inference_server(t0: int) -> list[tuple[str, int, int, dict[str
 
 def main() -> None:
     bridge = vob.configure(exporter="memory", project="demo", experiment_name="completed-spans")
-    with vob.session(sample=0, session=0, global_steps=1):
-        with vob.span("gateway_generation") as span:
-            t0 = time.time_ns()
-            for name, start, end, attributes in timings_from_inference_server(t0):
-                vob.record_span(name, start_time_ns=start, end_time_ns=end, attributes=attributes)
-            span.set_attribute("turn", 0)
+    with vob.session(sample=0, session=0, global_steps=1), vob.span("gateway_generation") as span:
+        t0 = time.time_ns()
+        for name, start, end, attributes in timings_from_inference_server(t0):
+            vob.record_span(name, start_time_ns=start, end_time_ns=end, attributes=attributes)
+        span.set_attribute("turn", 0)
     bridge.force_flush()
     assert bridge.memory_exporter is not None
     print(render_tree(bridge.memory_exporter.get_finished_spans()))

@@ -45,19 +45,12 @@ import verl_otel_bridge as vob  # noqa: E402 - after the loopback settings above
 from verl_otel_bridge.propagation import attach, flush_actors, inject  # noqa: E402
 from verl_otel_bridge.tree import render_tree  # noqa: E402
 
-#: The workers' JSONL directory; each worker adds ``worker-<pid>.jsonl``. (Not a
-#: ``VERL_OTEL_BRIDGE_*`` name: the bridge rejects unknown keys with that prefix.)
-SPAN_DIR_ENV = "RAY_AGENT_LOOP_SPAN_DIR"
 WAIT_S = 120.0  # bound of every wait on the workers
 
 
 @ray.remote(num_cpus=0)
 class AgentLoopWorker:
     """Runs trajectories; its bridge configures itself from the environment on first use."""
-
-    def __init__(self) -> None:
-        if "VERL_OTEL_BRIDGE_JSONL_PATH" not in os.environ:  # one file per worker process
-            os.environ["VERL_OTEL_BRIDGE_JSONL_PATH"] = f"{os.environ[SPAN_DIR_ENV]}/worker-{os.getpid()}.jsonl"
 
     def run_trajectory(self, carrier: dict[str, str], prompt: str, seed: int) -> dict[str, Any]:
         """One trajectory: up to three turns, maybe a tool call, then a reward."""
@@ -122,7 +115,7 @@ def main() -> None:
         **LOOPBACK_ENV,
         "VERL_OTEL_BRIDGE_EXPORTER": "jsonl",  # a real run would leave "auto" (RL-Insight when usable)
         "VERL_RL_INSIGHT_ENABLE": "0",
-        SPAN_DIR_ENV: str(out),
+        "VERL_OTEL_BRIDGE_JSONL_PATH": str(out / "worker-{pid}.jsonl"),  # {pid}: one file per worker process
     }
     ray.init(
         num_cpus=2,

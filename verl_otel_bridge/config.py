@@ -174,7 +174,8 @@ class BridgeConfig:
             return cls(**values)
         except ValueError as exc:
             sources = value_sources(config if isinstance(config, Mapping) else None, environ=env, **overrides)
-            key = next((k for k in cls.keys() if f": {k}=" in str(exc)), None)
+            known = cls.keys()
+            key = next((k for k in known if f": {k}=" in str(exc)), None)
             if key is None or sources[key] == "default":
                 raise
             raise ValueError(f"{exc} (set by {sources[key]})") from None

@@ -1,6 +1,6 @@
 """Fixtures for integration tests against the real RL-Insight.
 
-The environment variable ``VERL_OTEL_BRIDGE_TEST_RL_INSIGHT`` names the case the
+The environment variable ``RL_INSIGHT_TEST_CASE`` names the case the
 environment was built for: ``none``, ``0.1.0``, ``0.2.0`` or ``0.3.0`` (the nox
 sessions set it). Unset, the case is whatever ``rl-insight`` is installed.
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import stack`, any 
 
 import stack
 
-CASE_ENV = "VERL_OTEL_BRIDGE_TEST_RL_INSIGHT"
+CASE_ENV = "RL_INSIGHT_TEST_CASE"
 CASES = ("none", "0.1.0", "0.2.0", "0.3.0")
 
 # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when first imported: set it before
@@ -41,7 +41,7 @@ os.environ.update(stack.RAY_LOOPBACK_ENV)
 
 # The hub exports spans with an OpenTelemetry BatchSpanProcessor whose default
 # delay is 5 s; 200 ms makes span waits short. Production keeps the default.
-HUB_ENV = {"OTEL_BSP_SCHEDULE_DELAY": "200"}
+HUB_ENV = {"OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_BSP_MAX_QUEUE_SIZE": "8192"}
 
 _case_key = pytest.StashKey[str]()
 _checked_key = pytest.StashKey[dict[str, str]]()  # case -> failure message ("" = ok)
@@ -179,21 +179,6 @@ def rl_insight_hub(
 from typing import Any  # noqa: E402
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _case_variable_hidden_from_bridges() -> Iterator[None]:
-    """Keep ``VERL_OTEL_BRIDGE_TEST_RL_INSIGHT`` out of every bridge's environment.
-
-    It starts with the bridge's own prefix, ``VERL_OTEL_BRIDGE_``, and the bridge
-    rejects unknown prefixed variables (``configure()`` raises; a bridge built from
-    the environment logs an error and ignores *all* its environment settings).
-    The case was read by ``pytest_configure`` already; this hides it from the
-    test process, its subprocesses and the Ray cluster started from it.
-    """
-    with pytest.MonkeyPatch.context() as patch:
-        patch.delenv(CASE_ENV, raising=False)
-        yield
-
-
 @pytest.fixture
 def make_bridge() -> Iterator[Any]:
     """``make_bridge(**settings)``: a ``Bridge`` from exactly these settings (no environment), shut down after.
@@ -217,3 +202,17 @@ def make_bridge() -> Iterator[Any]:
         set_bridge(previous[0])
     for bridge in made:
         bridge.shutdown(timeout_s=10)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_unusable_reason_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test logs "RL-Insight is not usable" as a fresh process would.
+
+    The bridge says a reason fixed by what is installed (``not_installed``,
+    ``no_version``, ...) once per *process*; tests here share one process, so
+    each gets an empty record of what was said (``rl_insight.init``'s own
+    once-per-process record is left alone: the session's hub fixture owns it).
+    """
+    from verl_otel_bridge import rl_insight_compat
+
+    monkeypatch.setattr(rl_insight_compat._INIT, "said", set())

@@ -376,7 +376,10 @@ class OtlpReceiver:
         done: SpanPredicate
         if isinstance(expected, int):
             count = expected
-            done = lambda spans: len(spans) >= count
+
+            def done(spans: list[ReceivedSpan]) -> bool:
+                return len(spans) >= count
+
             wanted = f"{count} spans"
         else:
             done = expected
@@ -823,7 +826,7 @@ class FakeDiscovery:
         self._requests: list[str] = []
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 with owner._lock:
                     owner._requests.append(f"GET {self.path}")
                 body = json.dumps(
@@ -835,7 +838,7 @@ class FakeDiscovery:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 with owner._lock:
                     owner._requests.append(f"POST {self.path}")
                 length = int(self.headers.get("Content-Length") or 0)
@@ -914,7 +917,8 @@ def count_metric(text: str, name: str, **labels: str) -> list[tuple[dict[str, st
         match = pattern.match(line)
         if not match:
             continue
-        got = {key: value.replace('\\"', '"').replace("\\\\", "\\") for key, value in label_re.findall(match.group(1) or "")}
+        pairs = label_re.findall(match.group(1) or "")
+        got = {key: value.replace('\\"', '"').replace("\\\\", "\\") for key, value in pairs}
         if all(got.get(key) == value for key, value in labels.items()):
             found.append((got, float(match.group(2))))
     return found

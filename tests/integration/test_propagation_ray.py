@@ -24,7 +24,7 @@ import pytest
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before ray is imported (conftest also sets it)
 
-if os.environ.get("VERL_OTEL_BRIDGE_TEST_RL_INSIGHT", "").strip() == "0.3.0":
+if os.environ.get("RL_INSIGHT_TEST_CASE", "").strip() == "0.3.0":
     try:  # rl-insight 0.3.0 depends on ray: missing here means a broken environment, so fail
         import ray
     except ImportError as exc:

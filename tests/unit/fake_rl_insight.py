@@ -224,7 +224,7 @@ def install_rl_insight(
             "metric_count": _noop,
             "metric_gauge": _noop,
             "metric_histogram": _noop,
-            "trace_op": lambda *a, **k: (lambda func: func),
+            "trace_op": lambda *a, **k: lambda func: func,
             "trace_state": _noop_cm,
             "update_prometheus_config": _noop,
         }
@@ -277,7 +277,9 @@ class _RaisingImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         raise self.exc
 
 
-def install_broken_rl_insight(monkeypatch: pytest.MonkeyPatch, exc: BaseException, *, installed: str | None = "0.3.0") -> None:
+def install_broken_rl_insight(
+    monkeypatch: pytest.MonkeyPatch, exc: BaseException, *, installed: str | None = "0.3.0"
+) -> None:
     """Make ``import rl_insight`` raise ``exc`` (a broken install: missing dependency, bad binary...)."""
     monkeypatch.delitem(sys.modules, "rl_insight", raising=False)
     monkeypatch.setattr(sys, "meta_path", [_RaisingImport(exc), *sys.meta_path])

@@ -103,7 +103,9 @@ def test_none_is_left_out(otel_spans: SpanCapture) -> None:
     assert dict(otel_spans.one("s").attributes or {}) == {"kept": 0}
 
 
-def test_conversions_are_counted_and_logged_once_per_key(otel_spans: SpanCapture, caplog: pytest.LogCaptureFixture) -> None:
+def test_conversions_are_counted_and_logged_once_per_key(
+    otel_spans: SpanCapture, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="verl_otel_bridge")
     for _ in range(5):
         with otel_spans.bridge.span("s", payload={"a": 1}, mixed=[1, "x"]):
@@ -123,7 +125,9 @@ def test_conversions_are_counted_and_logged_once_per_key(otel_spans: SpanCapture
         (Scalar("x" * 50), "x" * 50),
     ],
 )
-def test_long_values_are_truncated_with_a_marker(make_bridge: Callable[..., Bridge], value: Any, full_text: str) -> None:
+def test_long_values_are_truncated_with_a_marker(
+    make_bridge: Callable[..., Bridge], value: Any, full_text: str
+) -> None:
     bridge = make_bridge(exporter="memory", max_attribute_length=10)
     with bridge.span("s", v=value):
         pass
@@ -149,7 +153,10 @@ def test_record_span_with_non_string_keys(otel_spans: SpanCapture) -> None:
         attributes={1: "one", ("a", 2): [1, 2], None: "none", BadStr(): {"x": 1}},
     )
     assert dict(otel_spans.one("r").attributes or {}) == {
-        "1": "one", "('a', 2)": (1, 2), "None": "none", "<BadStr>": '{"x": 1}',
+        "1": "one",
+        "('a', 2)": (1, 2),
+        "None": "none",
+        "<BadStr>": '{"x": 1}',
     }
 
 

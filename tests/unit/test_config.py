@@ -45,7 +45,11 @@ def resolve(config: Any = None, environ: dict[str, str] | None = None, **overrid
 def test_defaults() -> None:
     config = resolve()
     assert (config.enabled, config.exporter, config.fallback, config.project, config.experiment_name) == (
-        True, "auto", "memory", None, None,
+        True,
+        "auto",
+        "memory",
+        None,
+        None,
     )
     assert config.service_name == "verl_otel_bridge"
     assert config.rl_insight_enable is None
@@ -82,7 +86,9 @@ def test_a_bridgeconfig_is_taken_whole_with_overrides_on_top(monkeypatch: pytest
     base = resolve(project="p", exporter="memory")
     monkeypatch.setenv("VERL_OTEL_BRIDGE_PROJECT", "env")
     assert BridgeConfig.resolve(base) is base
-    assert BridgeConfig.resolve(base, experiment_name="e") == resolve(project="p", exporter="memory", experiment_name="e")
+    assert BridgeConfig.resolve(base, experiment_name="e") == resolve(
+        project="p", exporter="memory", experiment_name="e"
+    )
 
 
 # -- every key from the environment -----------------------------------------------
@@ -101,7 +107,10 @@ PREFIXED_ENV = {
     "rl_insight_enable": ("yes", True),
     "rl_insight_server_url": ("http://127.0.0.1:9", "http://127.0.0.1:9"),
     "rl_insight_min_version": ("0.4.0", "0.4.0"),
-    "rl_insight_config": ('{"prometheus": {"metrics_report_port": 9999}}', {"prometheus": {"metrics_report_port": 9999}}),
+    "rl_insight_config": (
+        '{"prometheus": {"metrics_report_port": 9999}}',
+        {"prometheus": {"metrics_report_port": 9999}},
+    ),
     "rl_insight_transport": ("hub", "hub"),
     "max_queue_size": ("4096", 4096),
     "max_export_batch_size": ("64", 64),

@@ -12,7 +12,9 @@ from verl_otel_bridge import Bridge
 
 
 @pytest.fixture(params=["enabled=False", "OTEL_SDK_DISABLED=true"])
-def disabled(request: pytest.FixtureRequest, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch) -> Bridge:
+def disabled(
+    request: pytest.FixtureRequest, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch
+) -> Bridge:
     if request.param == "enabled=False":
         return make_bridge(enabled=False)
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
@@ -43,8 +45,15 @@ def test_every_api_works_and_produces_nothing(disabled: Bridge) -> None:
         session.finish(status="success", trajectories=[1, 2])
     assert vob.current_identity() is None
     assert session.identity.to_dict() == {
-        "project": "p", "experiment_name": "e", "sample": "3", "session": "4", "traj": "0",
-        "state_lane_id": "experiment=e/sample=3/session=4/traj=0", "uid": "", "global_steps": 5, "session_id": "",
+        "project": "p",
+        "experiment_name": "e",
+        "sample": "3",
+        "session": "4",
+        "traj": "0",
+        "state_lane_id": "experiment=e/sample=3/session=4/traj=0",
+        "uid": "",
+        "global_steps": 5,
+        "session_id": "",
     }
     assert disabled.memory_exporter is None
     status = disabled.status()

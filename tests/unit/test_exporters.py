@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -81,7 +82,9 @@ def test_memory_keeps_only_the_most_recent_spans(make_bridge: Callable[..., Brid
     assert assert_balanced(bridge)["exported"] == {"memory": 12}
 
 
-def test_console_prints_one_json_line_per_span(make_bridge: Callable[..., Bridge], capsys: pytest.CaptureFixture[str]) -> None:
+def test_console_prints_one_json_line_per_span(
+    make_bridge: Callable[..., Bridge], capsys: pytest.CaptureFixture[str]
+) -> None:
     bridge = make_bridge(exporter="console")
     make_spans(bridge)
     assert bridge.force_flush(WAIT_S)

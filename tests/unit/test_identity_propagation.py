@@ -43,10 +43,14 @@ def test_every_kind_of_span_inside_a_session_carries_the_identity(otel_spans: Sp
                 with bridge.span("nested"):
                     with bridge.span("deeper"):
                         pass
-            bridge.record_span("recorded", start_time_ns=1_700_000_000_000_000_000, end_time_ns=1_700_000_000_000_000_001)
+            bridge.record_span(
+                "recorded", start_time_ns=1_700_000_000_000_000_000, end_time_ns=1_700_000_000_000_000_001
+            )
             with bridge.tracer.start_as_current_span("plain_otel"):
                 pass
-            vob.record_span("module_recorded", start_time_ns=1_700_000_000_000_000_000, end_time_ns=1_700_000_000_000_000_001)
+            vob.record_span(
+                "module_recorded", start_time_ns=1_700_000_000_000_000_000, end_time_ns=1_700_000_000_000_000_001
+            )
             with vob.span("module_span"):
                 pass
             assert sync_step() == 1 and module_sync_step() == 2 and await traced_async() == 3
@@ -57,8 +61,17 @@ def test_every_kind_of_span_inside_a_session_carries_the_identity(otel_spans: Sp
     expected = session.identity.to_dict()
     names = {span.name for span in otel_spans.spans}
     assert names == {
-        "agent_session", "outer", "nested", "deeper", "recorded", "plain_otel", "module_recorded",
-        "module_span", "traced_sync", "module_traced_sync", "in_task",
+        "agent_session",
+        "outer",
+        "nested",
+        "deeper",
+        "recorded",
+        "plain_otel",
+        "module_recorded",
+        "module_span",
+        "traced_sync",
+        "module_traced_sync",
+        "in_task",
         "test_every_kind_of_span_inside_a_session_carries_the_identity.<locals>.traced_async",
     }
     for span in otel_spans.spans:

@@ -33,7 +33,7 @@ def test_module_level_api_records_into_the_fixture(otel_spans: SpanCapture) -> N
 
 
 @pytest.fixture
-def sentinel_bridge(make_bridge) -> Iterator[vob.Bridge]:  # noqa: ANN001
+def sentinel_bridge(make_bridge) -> Iterator[vob.Bridge]:
     """A current bridge set before ``otel_spans``; checks at teardown (after otel_spans') that it is back."""
     sentinel = make_bridge(exporter="none")
     vob.set_bridge(sentinel)

@@ -23,25 +23,33 @@ def test_default_finish_is_success(otel_spans: SpanCapture) -> None:
         pass
     span = otel_spans.one("agent_session")
     assert session.status == "success"
-    assert _attrs(span).items() >= {
-        "monitor.trace_source": "session",
-        "status": "success",
-        "num_trajectories": 0,
-        "runner_name": "",
-        "reward_source": "",
-        "finished": "",
-    }.items()
+    assert (
+        _attrs(span).items()
+        >= {
+            "monitor.trace_source": "session",
+            "status": "success",
+            "num_trajectories": 0,
+            "runner_name": "",
+            "reward_source": "",
+            "finished": "",
+        }.items()
+    )
     assert span.status.status_code is StatusCode.UNSET
 
 
 def test_explicit_finish_sets_every_attribute(otel_spans: SpanCapture) -> None:
     trajectories = [SimpleNamespace(chain_id=1), SimpleNamespace(chain_id=2), SimpleNamespace(chain_id=3)]
     with otel_spans.bridge.session(sample=0, session=0) as session:
-        session.finish(status="timeout", trajectories=trajectories, runner_name="runner",
-                       reward_source="rm", finished=True)
+        session.finish(
+            status="timeout", trajectories=trajectories, runner_name="runner", reward_source="rm", finished=True
+        )
     attributes = _attrs(otel_spans.one("agent_session"))
     assert {k: attributes[k] for k in ("status", "num_trajectories", "runner_name", "reward_source", "finished")} == {
-        "status": "timeout", "num_trajectories": 3, "runner_name": "runner", "reward_source": "rm", "finished": True,
+        "status": "timeout",
+        "num_trajectories": 3,
+        "runner_name": "runner",
+        "reward_source": "rm",
+        "finished": True,
     }
     assert session.trajectories == tuple(trajectories)
 

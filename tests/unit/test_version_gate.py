@@ -127,44 +127,71 @@ UNUSABLE: dict[str, Case] = {
         _release("0.2.0", installed=None), "no_version", ["version unknown", ">= 0.3.0"], installed=None
     ),
     "0.3.0rc1": Case(
-        _release("0.3.0", version="0.3.0rc1", installed="0.3.0rc1"), "version_too_old",
-        ["0.3.0rc1", ">= 0.3.0"], version="0.3.0rc1", installed="0.3.0rc1",
+        _release("0.3.0", version="0.3.0rc1", installed="0.3.0rc1"),
+        "version_too_old",
+        ["0.3.0rc1", ">= 0.3.0"],
+        version="0.3.0rc1",
+        installed="0.3.0rc1",
     ),
     "0.2.9-claims": Case(
-        _release("0.3.0", version="0.2.9", installed="0.2.9"), "version_too_old", ["0.2.9", ">= 0.3.0"],
-        version="0.2.9", installed="0.2.9",
+        _release("0.3.0", version="0.2.9", installed="0.2.9"),
+        "version_too_old",
+        ["0.2.9", ">= 0.3.0"],
+        version="0.2.9",
+        installed="0.2.9",
     ),
     "unknown": Case(
-        _release("0.3.0", version="unknown", installed=None), "version_unparsable", ["'unknown'", ">= 0.3.0"],
+        _release("0.3.0", version="unknown", installed=None),
+        "version_unparsable",
+        ["'unknown'", ">= 0.3.0"],
         version="unknown",
     ),
     "1.0-without-trace_span": Case(
-        _release("0.3.0", version="1.0", installed="1.0", trace_span=None), "no_trace_span", ["1.0", "trace_span"],
-        version="1.0", installed="1.0",
+        _release("0.3.0", version="1.0", installed="1.0", trace_span=None),
+        "no_trace_span",
+        ["1.0", "trace_span"],
+        version="1.0",
+        installed="1.0",
     ),
     "trace_span-not-callable": Case(
-        _release("0.3.0", trace_span="trace_span"), "no_trace_span", ["0.3.0", "trace_span"],
-        version="0.3.0", installed="0.3.0",
+        _release("0.3.0", trace_span="trace_span"),
+        "no_trace_span",
+        ["0.3.0", "trace_span"],
+        version="0.3.0",
+        installed="0.3.0",
     ),
     "missing": Case(_missing, "not_installed", ["not installed", ">= 0.3.0"]),
     "import-raises": Case(
-        _broken(RuntimeError("libfoo.so: cannot open shared object")), "import_failed",
-        ["RuntimeError", "libfoo.so"], installed="0.3.0",
+        _broken(RuntimeError("libfoo.so: cannot open shared object")),
+        "import_failed",
+        ["RuntimeError", "libfoo.so"],
+        installed="0.3.0",
     ),
     "dependency-missing": Case(
-        _broken(ModuleNotFoundError("No module named 'omegaconf'", name="omegaconf")), "import_failed",
-        ["omegaconf"], installed="0.3.0",
+        _broken(ModuleNotFoundError("No module named 'omegaconf'", name="omegaconf")),
+        "import_failed",
+        ["omegaconf"],
+        installed="0.3.0",
     ),
-    "no-server-url": Case(_no_url, "no_server_url", ["rl-insight 0.3.0", "RL_INSIGHT_SERVER_URL"], version="0.3.0",
-                          installed="0.3.0"),
-    "ray-not-initialized": Case(_ray(False), "ray_not_initialized", ["rl-insight 0.3.0", "Ray is not initialized"],
-                                version="0.3.0", installed="0.3.0"),
-    "ray-not-installed": Case(_ray(None), "ray_not_initialized", ["Ray is not initialized"], version="0.3.0",
-                              installed="0.3.0"),
-    "init-leaves-it-off": Case(_init_does_nothing, "init_failed", ["0.3.0", "off after init"], version="0.3.0",
-                               installed="0.3.0"),
-    "init-raises": Case(_init_raises, "init_failed", ["ConnectionError", "hub unreachable"], version="0.3.0",
-                        installed="0.3.0"),
+    "no-server-url": Case(
+        _no_url, "no_server_url", ["rl-insight 0.3.0", "RL_INSIGHT_SERVER_URL"], version="0.3.0", installed="0.3.0"
+    ),
+    "ray-not-initialized": Case(
+        _ray(False),
+        "ray_not_initialized",
+        ["rl-insight 0.3.0", "Ray is not initialized"],
+        version="0.3.0",
+        installed="0.3.0",
+    ),
+    "ray-not-installed": Case(
+        _ray(None), "ray_not_initialized", ["Ray is not initialized"], version="0.3.0", installed="0.3.0"
+    ),
+    "init-leaves-it-off": Case(
+        _init_does_nothing, "init_failed", ["0.3.0", "off after init"], version="0.3.0", installed="0.3.0"
+    ),
+    "init-raises": Case(
+        _init_raises, "init_failed", ["ConnectionError", "hub unreachable"], version="0.3.0", installed="0.3.0"
+    ),
 }
 
 
@@ -242,11 +269,17 @@ def test_reminder_while_rl_insight_stays_unusable(
     assert len(export_and_count()) == 1
     now[0] += 2
     said = export_and_count()
-    assert len(said) == 2 and "still not usable" in said[1] and re.search(r"\d+ spans sent to the memory exporter", said[1])
+    assert (
+        len(said) == 2
+        and "still not usable" in said[1]
+        and re.search(r"\d+ spans sent to the memory exporter", said[1])
+    )
     assert len(export_and_count()) == 2
 
 
-def test_runtime_preconditions_are_rechecked(monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge]) -> None:
+def test_runtime_preconditions_are_rechecked(
+    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge]
+) -> None:
     fake = _no_url(monkeypatch)
     bridge = make_bridge(exporter="rl_insight")
     make_session(bridge)
@@ -273,7 +306,11 @@ def test_runtime_preconditions_are_rechecked(monkeypatch: pytest.MonkeyPatch, ma
 def _is_otel_value(value: Any) -> bool:
     if isinstance(value, OTEL_TYPES):
         return True
-    return isinstance(value, tuple) and len({type(v) for v in value}) <= 1 and all(isinstance(v, OTEL_TYPES) for v in value)
+    return (
+        isinstance(value, tuple)
+        and len({type(v) for v in value}) <= 1
+        and all(isinstance(v, OTEL_TYPES) for v in value)
+    )
 
 
 @pytest.mark.parametrize("version", ["0.3.0", "0.3.1", "1.0"])
@@ -281,8 +318,12 @@ def test_usable_rl_insight_receives_every_span_exactly(
     version: str, monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge]
 ) -> None:
     fake = usable_rl_insight(monkeypatch, version)
-    bridge = make_bridge(exporter="rl_insight", project="p", experiment_name="e",
-                         rl_insight_config={"prometheus": {"metrics_report_port": 19092}})
+    bridge = make_bridge(
+        exporter="rl_insight",
+        project="p",
+        experiment_name="e",
+        rl_insight_config={"prometheus": {"metrics_report_port": 19092}},
+    )
     identity = make_session(bridge)
     counters = assert_balanced(bridge)
 
@@ -324,7 +365,9 @@ def test_usable_rl_insight_receives_every_span_exactly(
     assert "bad args" in tool.attributes["otel.status_description"]
 
 
-def test_server_url_from_bridge_config_is_enough(monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge]) -> None:
+def test_server_url_from_bridge_config_is_enough(
+    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge]
+) -> None:
     """``rl_insight_server_url`` in the bridge config (no environment variable) must reach rl_insight.init."""
     fake = _no_url(monkeypatch)
     bridge = make_bridge(exporter="rl_insight", rl_insight_server_url="http://127.0.0.1:2")
@@ -375,7 +418,9 @@ def _spans(capture: SpanCapture, n: int) -> list[Any]:
     return capture.spans
 
 
-def test_32_threads_exporting_at_once_init_exactly_once(monkeypatch: pytest.MonkeyPatch, otel_spans: SpanCapture) -> None:
+def test_32_threads_exporting_at_once_init_exactly_once(
+    monkeypatch: pytest.MonkeyPatch, otel_spans: SpanCapture
+) -> None:
     fake = usable_rl_insight(monkeypatch)
     fake.init_delay_s = 0.05  # a slow init (the real one creates a Ray actor) widens the race
     exporter = RLInsightSpanExporter(config=BridgeConfig.resolve(environ={}, project="p", experiment_name="e"))
@@ -405,7 +450,9 @@ def test_two_bridges_init_once(monkeypatch: pytest.MonkeyPatch, make_bridge: Cal
     assert len(fake.init_calls) == 1 and len(fake.calls) == 8
 
 
-def test_server_url_in_rl_insight_config_is_enough(monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge]) -> None:
+def test_server_url_in_rl_insight_config_is_enough(
+    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge]
+) -> None:
     """``rl_insight.init`` also takes the URL from ``config["server"]["url"]``; the runtime check must agree."""
     fake = _no_url(monkeypatch)
     bridge = make_bridge(exporter="rl_insight", rl_insight_config={"server": {"url": "http://127.0.0.1:3"}})
