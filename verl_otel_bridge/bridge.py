@@ -117,6 +117,7 @@ class Bridge:
         self._max_attribute_length = self.config.max_attribute_length
         self._pipeline: Pipeline | None = None
         self._processor: ExportSpanProcessor | None = None
+        self._identity_processor = IdentitySpanProcessor()
         self._provider: TracerProvider | None = None
         self._closed = False
         if self.config.enabled:
@@ -129,7 +130,7 @@ class Bridge:
                 # The SDK reads OTEL_SDK_DISABLED by itself; the config already did (and
                 # enabled=True or environ={} overrides it), so the bridge's own provider obeys the config.
                 self._provider._disabled = False
-            self._provider.add_span_processor(IdentitySpanProcessor())
+            self._provider.add_span_processor(self._identity_processor)
             self._provider.add_span_processor(self._processor)
             self.tracer: Tracer = self._provider.get_tracer("verl_otel_bridge", __version__)
         else:
@@ -369,6 +370,7 @@ class Bridge:
             self._mp_exit.cancel()
         if self._provider is None or self._processor is None:
             return
+        self._identity_processor.shutdown()
         self._processor.shutdown(self.config.shutdown_timeout_s if timeout_s is None else timeout_s)
         if self._owns_provider:
             self._provider.shutdown()

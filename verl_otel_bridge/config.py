@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import unquote
 
 from packaging.version import InvalidVersion, Version
 
@@ -76,7 +77,8 @@ class BridgeConfig:
         project: RL-Insight project and the identity's default ``project``.
         experiment_name: RL-Insight experiment and the identity's default
             ``experiment_name``.
-        service_name: OpenTelemetry ``service.name`` of the bridge's resource.
+        service_name: OpenTelemetry ``service.name`` of the bridge's resource
+            (from ``OTEL_SERVICE_NAME``, else ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``).
         rl_insight_enable: ``True`` asks for RL-Insight explicitly (a WARNING
             when unusable), ``False`` keeps ``auto`` local, ``None`` lets ``auto``
             probe. Read from verl's ``VERL_RL_INSIGHT_ENABLE``.
@@ -273,6 +275,8 @@ def value_sources(
         for alias in aliases:
             if env.get(alias, "").strip():
                 sources[key] = f"environment {alias}"
+    if sources["service_name"] == "default" and _resource_service_name(env):
+        sources["service_name"] = "environment OTEL_RESOURCE_ATTRIBUTES"
     for key in keys:
         if f"{ENV_PREFIX}{key.upper()}" in env:
             sources[key] = f"environment {ENV_PREFIX}{key.upper()}"
@@ -299,6 +303,8 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
                 continue
             value = _coerce(key, raw, alias)
             values[key] = (not value) if alias in _INVERTED_ALIASES else value
+    if "service_name" not in values and (named := _resource_service_name(environ)):
+        values["service_name"] = named  # as the SDK: OTEL_SERVICE_NAME first, then OTEL_RESOURCE_ATTRIBUTES
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX):
             continue
@@ -307,6 +313,16 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
             raise ValueError(_unknown_key_message(key, f"environment variable {name}"))
         values[key] = _coerce(key, raw, name)
     return values
+
+
+def _resource_service_name(environ: Mapping[str, str]) -> str | None:
+    """``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES`` (``key=value,...``, percent-encoded), if set."""
+    found = None
+    for item in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip() == "service.name" and value.strip():
+            found = unquote(value.strip())
+    return found
 
 
 def _section(mapping: Any, key: str) -> Mapping[str, Any]:

@@ -27,19 +27,23 @@ class IdentitySpanProcessor(SpanProcessor):
 
     Works for spans from any tracer on the provider, so plain
     ``tracer.start_as_current_span`` calls and other instrumented libraries get
-    the identity too.
+    the identity too. After :meth:`shutdown` it does nothing (the SDK cannot
+    remove a processor from a provider the application keeps using).
     """
+
+    def __init__(self) -> None:
+        self._active = True
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         identity = current_identity()
-        if identity is not None and not stamped(span, identity):
+        if identity is not None and self._active and not stamped(span, identity):
             span.set_attributes(identity.attributes)
 
     def on_end(self, span: ReadableSpan) -> None:
         pass
 
     def shutdown(self) -> None:
-        pass
+        self._active = False
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
@@ -62,9 +66,12 @@ class ExportSpanProcessor(SpanProcessor):
         self._count_end = counts.incrementer("ended")
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        self._count_start()
+        if not self._shut_down:  # spans of an application's provider after the bridge is gone are not ours
+            self._count_start()
 
     def on_end(self, span: ReadableSpan) -> None:
+        if self._shut_down:
+            return
         self._count_end()
         if self.queue is None:
             self.export_batch([span])

@@ -27,9 +27,10 @@ class RedactingSpanExporter(SpanExporter):
         self.keys = frozenset(keys)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.inner.export([self._redact(span) for span in spans])
+        return self.inner.export([self.redact(span) for span in spans])
 
-    def _redact(self, span: ReadableSpan) -> ReadableSpan:
+    def redact(self, span: ReadableSpan) -> ReadableSpan:
+        """``span``, or a copy of it with the values of ``keys`` replaced."""
         attributes = span.attributes or {}
         events = span.events
         if not self.keys.intersection(attributes) and not any(

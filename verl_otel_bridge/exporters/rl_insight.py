@@ -15,6 +15,7 @@ from verl_otel_bridge import rl_insight_compat
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.exporters.named import named_exporter
+from verl_otel_bridge.exporters.redacting import RedactingSpanExporter
 from verl_otel_bridge.exporters.rl_insight_hub import HubTransport, rl_insight_state
 from verl_otel_bridge.exporters.rl_insight_otlp import DEFAULT_NAMESPACE, OtlpTransport
 from verl_otel_bridge.logs import OnceLogger, Reminder
@@ -65,7 +66,8 @@ class RLInsightSpanExporter(SpanExporter):
             config's ``rl_insight_min_version`` (0.3.0).
         config: project, experiment, server URL, ``rl_insight.init`` config,
             transport and reminder interval; default: read from the environment
-            (so ``OTEL_TRACES_EXPORTER=rl_insight`` works with no arguments).
+            (so ``OTEL_TRACES_EXPORTER=rl_insight`` works with no arguments; built
+            so, the exporter also applies ``redact_attributes`` itself).
         explicit: RL-Insight was asked for by name, so being unusable is a
             WARNING; under ``auto`` it is an INFO.
         counts: where outcomes are counted (``exported.rl_insight``,
@@ -81,6 +83,7 @@ class RLInsightSpanExporter(SpanExporter):
         explicit: bool = True,
         counts: SpanCounts | None = None,
     ) -> None:
+        by_name = config is None  # e.g. OTEL_TRACES_EXPORTER=rl_insight: no bridge pipeline around it
         config = config if config is not None else BridgeConfig.resolve()
         self.fallback = fallback if fallback is not None else named_exporter(config.fallback, config)
         self.fallback_name = config.fallback if fallback is None else type(fallback).__name__
@@ -104,8 +107,16 @@ class RLInsightSpanExporter(SpanExporter):
         self._otlp: OtlpTransport | None = None
         self._last_transport: str | None = None
         self._hub = HubTransport()
+        # The bridge's pipeline redacts before its exporters; built by name, this exporter does it itself.
+        self._redactor = (
+            RedactingSpanExporter(self.fallback, config.redact_attributes)
+            if by_name and config.redact_attributes
+            else None
+        )
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._redactor is not None:
+            spans = [self._redactor.redact(span) for span in spans]
         try:
             probe = self.probe(initialize=True)
         except Exception as exc:  # noqa: BLE001 - a probe bug must not lose spans
