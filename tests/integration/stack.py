@@ -267,7 +267,27 @@ class _OtlpHttpServer(ThreadingHTTPServer):
 SpanPredicate = Callable[[list[ReceivedSpan]], Any]
 
 
-class OtlpReceiver:
+class _ServedInThread:
+    """Stop/``with`` support for a loopback HTTP server run by ``self._thread``."""
+
+    _server: ThreadingHTTPServer
+    _thread: threading.Thread
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (idempotent)."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class OtlpReceiver(_ServedInThread):
     """A threaded OTLP/HTTP trace receiver on 127.0.0.1 (a stand-in for Tempo).
 
     The request handler only stores the raw body and answers 200 with an empty
@@ -403,19 +423,6 @@ class OtlpReceiver:
             )
 
         return wait_until(check, timeout_s, interval_s=0.05, message=describe)
-
-    def stop(self) -> None:
-        """Stop serving and close the socket (idempotent)."""
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 # ---------------------------------------------------------------- discovery server
@@ -811,7 +818,7 @@ class PythonChild:
         self.close()
 
 
-class FakeDiscovery:
+class FakeDiscovery(_ServedInThread):
     """A stand-in for RL-Insight's discovery API that counts every request it gets.
 
     For environments where RL-Insight's own server cannot run (none, 0.1.0), to
@@ -865,18 +872,6 @@ class FakeDiscovery:
     def requests(self) -> list[str]:
         with self._lock:
             return list(self._requests)
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def bridge_copy_exporter(bridge: Any, name: str = "memory") -> Any:
