@@ -36,13 +36,12 @@ def _ratio(results: dict[str, Any], num: str, den: str) -> dict[str, Any] | None
     variants = results["variants"]
     if num not in variants or den not in variants:
         return None
-    n, d = variants[num], variants[den]
-    out = {
-        "median": n["median_us"] / d["median_us"],
-        "p99": n["p99_us"] / d["p99_us"],
-        "mean": n["mean_us"] / d["mean_us"],
-    }
-    paired = results.get("paired_round_ratios", {}).get(f"{num}/{den}")
+    return _ratios(variants[num], variants[den], results.get("paired_round_ratios", {}).get(f"{num}/{den}"))
+
+
+def _ratios(n: dict[str, Any], d: dict[str, Any], paired: dict[str, Any] | None) -> dict[str, Any]:
+    """Median, p99 and mean of ``n`` over ``d``, plus the paired per-round ratio when measured."""
+    out: dict[str, Any] = {key: n[f"{key}_us"] / d[f"{key}_us"] for key in ("median", "p99", "mean")}
     if paired is not None:
         out["paired_round_median"] = paired["median"]
         out["paired_round_range"] = [paired["min"], paired["max"]]
@@ -74,16 +73,8 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
         light_n = results["variants"].get(key, {}).get("light_load")
         light_d = results["variants"].get("d", {}).get("light_load")
         if light_n and light_d:
-            value = {
-                "median": light_n["median_us"] / light_d["median_us"],
-                "p99": light_n["p99_us"] / light_d["p99_us"],
-                "mean": light_n["mean_us"] / light_d["mean_us"],
-            }
             paired = results.get("paired_round_ratios", {}).get(f"{key}/d (light load)")
-            if paired is not None:
-                value["paired_round_median"] = paired["median"]
-                value["paired_round_range"] = [paired["min"], paired["max"]]
-            out[f"{key}/d (light load)"] = value
+            out[f"{key}/d (light load)"] = _ratios(light_n, light_d, paired)
     d_rate = _rate(results, "d")
     for key in ("e", "e_hub"):
         rate = _rate(results, key)

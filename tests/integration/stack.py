@@ -966,3 +966,24 @@ def drain(bridge: Any, receiver: OtlpReceiver, timeout_s: float = 60.0) -> None:
         pass
     assert bridge.force_flush(timeout_s)
     receiver.wait_for(1, timeout_s, where=lambda s: s.attributes.get("drain") == token)
+
+
+#: Start of a child script (for :class:`PythonChild`) that records, without changing
+#: them, every ``rl_insight.init`` call (``calls``: args, kwargs, thread) and every
+#: Python warning (``caught``), e.g. RL-Insight's "called more than once".
+INIT_SPY_PREAMBLE = """
+import json, sys, threading, warnings
+import ray, rl_insight, rl_insight.api
+import verl_otel_bridge as vob
+from verl_otel_bridge import rl_insight_compat
+
+caught = []
+warnings.simplefilter("always")
+warnings.showwarning = lambda message, category, *a, **k: caught.append(f"{category.__name__}: {message}")
+calls = []
+real_init = rl_insight.init
+def spy(*args, **kwargs):
+    calls.append({"args": list(args), "kwargs": kwargs, "thread": threading.current_thread().name})
+    return real_init(*args, **kwargs)
+rl_insight.init = spy
+"""

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import stack
-from stack import PythonChild, ReceivedSpan, RlInsightHub, bridge_copy_exporter, drain, hex_ids
+from stack import INIT_SPY_PREAMBLE, PythonChild, ReceivedSpan, RlInsightHub, bridge_copy_exporter, drain, hex_ids
 
 import verl_otel_bridge as vob
 from verl_otel_bridge.accounting import balance
@@ -386,21 +386,9 @@ def test_ray_not_initialized_falls_back_with_a_warning_and_sends_nothing(
 # --------------------------------------------------------------------------- init, in a fresh process
 
 
-_INIT_ONCE = """
-import json, sys, threading, warnings
-import ray, rl_insight, rl_insight.api
-import verl_otel_bridge as vob
-from verl_otel_bridge import rl_insight_compat
-
-caught = []
-warnings.simplefilter("always")
-warnings.showwarning = lambda message, category, *a, **k: caught.append(f"{category.__name__}: {message}")
-calls = []
-real_init = rl_insight.init
-def spy(*args, **kwargs):
-    calls.append({"args": list(args), "kwargs": kwargs})
-    return real_init(*args, **kwargs)
-rl_insight.init = spy
+_INIT_ONCE = (
+    INIT_SPY_PREAMBLE
+    + """
 
 address, metrics_port, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 ray.init(address=address, runtime_env={"env_vars": json.loads(sys.argv[4])})
@@ -430,6 +418,7 @@ report({"calls": calls, "warnings": caught, "status": second.status(), "first": 
         "labels": rl_insight.api._STATE.labels, "pid": __import__("os").getpid()})
 wait_release()
 """
+)
 
 
 def test_bridge_runs_rl_insight_init_once_per_process_with_its_project(

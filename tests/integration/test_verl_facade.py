@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import stack
-from stack import PythonChild, RlInsightHub, count_metric
+from stack import INIT_SPY_PREAMBLE, PythonChild, RlInsightHub, count_metric
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import rl_insight_compat
@@ -438,23 +438,12 @@ def test_finish_without_rl_insight_flushes(facade: type[RLInsightLogger]) -> Non
 # --------------------------------------------------------------------------- concurrency, in a fresh process
 
 
-_CONCURRENT = """
-import asyncio, json, sys, threading, time, warnings
+_CONCURRENT = (
+    INIT_SPY_PREAMBLE
+    + """
+import asyncio, time
 from types import SimpleNamespace
-import ray, rl_insight, rl_insight.api
-import verl_otel_bridge as vob
-from verl_otel_bridge import rl_insight_compat
 from verl_otel_bridge.verl import RLInsightLogger
-
-caught = []
-warnings.simplefilter("always")
-warnings.showwarning = lambda message, category, *a, **k: caught.append(f"{category.__name__}: {message}")
-calls = []
-real_init = rl_insight.init
-def spy(*args, **kwargs):
-    calls.append({"args": list(args), "kwargs": kwargs, "thread": threading.current_thread().name})
-    return real_init(*args, **kwargs)
-rl_insight.init = spy
 
 address, metrics_port, tag, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[5]
 ray.init(address=address, runtime_env={"env_vars": json.loads(sys.argv[4])})
@@ -507,6 +496,7 @@ RLInsightLogger.init(f"proj-{tag}", f"exp2-{tag}", config)  # a later run in the
 report({"after_finish": after_finish, "calls": len(calls), "warnings": caught,
         "labels": rl_insight.api._STATE.labels, "reason": vob.status()["reason"]})
 """
+)
 
 
 @WITH
