@@ -172,3 +172,18 @@ def to_text(value: Any) -> str:
 def _note(on_convert: ConvertHook | None, kind: str, key: str) -> None:
     if on_convert is not None:
         on_convert(kind, key)
+
+
+def attributes_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A plain dict copy of a span's attributes, fast.
+
+    ``ReadableSpan.attributes`` is a read-only view of the SDK's locked
+    ``BoundedAttributes``: ``dict(view)`` walks it key by key under the lock
+    (about 2.5 µs for 20 keys), while its own ``copy()`` copies the dict inside
+    at C speed (0.3 µs).
+    """
+    if not attributes:
+        return {}
+    copy = getattr(attributes, "copy", None)
+    copied = copy() if callable(copy) else None
+    return copied if isinstance(copied, dict) else dict(attributes)

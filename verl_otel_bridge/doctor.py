@@ -378,12 +378,10 @@ def _transport(config: BridgeConfig, server: dict[str, Any] | None) -> str:
     if config.rl_insight_transport == "hub":
         return "hub: rl_insight.trace_span per span (rl_insight_transport=hub)"
     endpoint = server.get("trace_endpoint") if server else None
-    if endpoint and _otlp_http_available():
+    if endpoint:
         return f"otlp: batches straight to {endpoint} (advertised by the server)"
     why = (
-        "opentelemetry-exporter-otlp-proto-http is not installed"
-        if endpoint
-        else "the server advertises no trace endpoint"
+        "the server advertises no trace endpoint"
         if server and server.get("reachable")
         else "the server's trace endpoint is not known"
     )

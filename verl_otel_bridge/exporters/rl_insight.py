@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge import rl_insight_compat
 from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.attributes import attributes_dict
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.exporters.named import named_exporter
 from verl_otel_bridge.exporters.redacting import RedactingSpanExporter
@@ -315,7 +316,7 @@ class RLInsightSpanExporter(SpanExporter):
 
 def forwarded_attributes(span: ReadableSpan) -> dict[str, Any]:
     """The span's attributes plus its ids, status and first exception, as RL-Insight receives them."""
-    attributes: dict[str, Any] = dict(span.attributes or {})
+    attributes = attributes_dict(span.attributes)
     context = span.get_span_context()
     if context is not None:
         attributes[TRACE_ID_ATTRIBUTE] = format(context.trace_id, "032x")

@@ -30,10 +30,10 @@ from urllib.parse import unquote, urlparse
 
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge.config import without_userinfo
-from verl_otel_bridge.records import replace_span
+from verl_otel_bridge.otlp_encoding import SpanEncoder
+from verl_otel_bridge.otlp_http import OtlpHttpSender, OtlpSendError
 
 logger = logging.getLogger("verl_otel_bridge.exporters.rl_insight_otlp")
 
@@ -132,12 +132,17 @@ class _Backoff:
 class OtlpTransport:
     """Discovers RL-Insight's trace endpoint and sends span batches there as the hub would.
 
+    Batches are encoded by :class:`~verl_otel_bridge.otlp_encoding.SpanEncoder`
+    and posted by :class:`~verl_otel_bridge.otlp_http.OtlpHttpSender`, which
+    reads the same ``OTEL_EXPORTER_OTLP_*`` variables (headers, compression, TLS)
+    as the hub's exporter.
+
     Args:
         server_url: RL-Insight's server URL.
         namespace: the resource ``service.name`` (RL-Insight's ``server.namespace``).
         labels: what the hub adds to every span (``project``, ``experiment_name``).
         timeout_s: for discovery and for each export request.
-        exporter: an OTLP exporter to use instead of building one (tests).
+        environ: where the ``OTEL_EXPORTER_OTLP_*`` variables are read (default ``os.environ``).
     """
 
     def __init__(
@@ -147,15 +152,17 @@ class OtlpTransport:
         namespace: str = DEFAULT_NAMESPACE,
         labels: Mapping[str, Any] | None = None,
         timeout_s: float = 5.0,
-        exporter: SpanExporter | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.server_url = server_url
         self.namespace = namespace
         self.timeout_s = timeout_s
-        self._labels = {k: v for k, v in (labels or {}).items() if v is not None}
+        self._environ = os.environ if environ is None else environ
+        # What the hub adds, in the order it adds it; the span's own attributes win.
+        self._added = {"process_id": str(os.getpid()), **{k: v for k, v in (labels or {}).items() if v is not None}}
         self._resource = Resource.create({SERVICE_NAME: namespace})
-        self._exporter = exporter
-        self._endpoint: str | None = None
+        self._encoder = SpanEncoder()
+        self._sender: OtlpHttpSender | None = None
         self._lock = threading.Lock()
         self._discovery = _Backoff()
         self._sending = _Backoff()
@@ -165,46 +172,55 @@ class OtlpTransport:
     @property
     def endpoint(self) -> str | None:
         """The trace endpoint, once discovered."""
-        return self._endpoint
+        return self._sender.endpoint if self._sender is not None else None
 
     def available(self) -> bool:
         """Discover if needed (never more often than the backoff allows); True when sending may be tried."""
         with self._lock:
-            if self._exporter is None and self._endpoint is None:
+            if self._sender is None:
                 if not self._discovery.ready():
                     return False
                 self._discover()
-            return (self._exporter is not None) and self._sending.ready()
+            return (self._sender is not None) and self._sending.ready()
 
     def send(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> bool:
         """Export ``spans`` with ``attributes`` (one mapping per span) in one request; True if accepted."""
-        exporter = self._exporter
-        if exporter is None:
+        sender = self._sender
+        if sender is None:
             return False
-        rewritten = [self._as_hub_would(span, attrs) for span, attrs in zip(spans, attributes, strict=True)]
+        added = self._added
         error: str | None = None
         try:
-            ok = exporter.export(rewritten) is SpanExportResult.SUCCESS
-        except Exception as exc:  # noqa: BLE001
-            ok = False
+            body = self._encoder.encode(
+                spans, resource=self._resource, attributes=[{**added, **attrs} for attrs in attributes]
+            )
+            sender.send(body)
+        except OtlpSendError as exc:
+            error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - an encoding bug must not lose the batch: the hub takes it
             error = f"{type(exc).__name__}: {exc}"
         with self._lock:
-            if ok:
+            if error is None:
                 self._sending.succeeded()
                 self.last_error = None  # recovered: status() must not keep reporting an old failure
             else:
                 self._sending.failed()
-                self.last_error = error or f"export to {self._endpoint} failed (the OTLP exporter gave up)"
-        return ok
+                self.last_error = error
+        return error is None
 
     def shutdown(self) -> None:
-        """Shut the OTLP exporter down."""
-        if self._exporter is not None:
-            self._exporter.shutdown()
+        """Close the connection to the endpoint."""
+        if self._sender is not None:
+            self._sender.close()
 
     def _discover(self) -> None:
         try:
             endpoint = discover_trace_endpoint(self.server_url, self.timeout_s)
+            sender = (
+                OtlpHttpSender.from_environment(endpoint, timeout_s=self.timeout_s, environ=self._environ)
+                if endpoint is not None
+                else None
+            )
         except Exception as exc:  # noqa: BLE001 - OSError, ValueError, http.client.InvalidURL...
             self._discovery.failed()
             self.last_error = _without_credentials(
@@ -213,21 +229,10 @@ class OtlpTransport:
             logger.info("%s; retrying in %.0f s, spans use the hub meanwhile", self.last_error, self._discovery.delay_s)
             return
         self.discovered = True
-        if endpoint is None:
+        if sender is None:
             self._discovery.failed()
             self.last_error = "RL-Insight's server advertises no otlp_port"
             return
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        except ImportError as exc:
-            self._discovery.failed()
-            self.last_error = f"opentelemetry-exporter-otlp-proto-http is not installed ({exc})"
-            return
-        self._endpoint = endpoint
-        self._exporter = OTLPSpanExporter(endpoint=endpoint, timeout=self.timeout_s)
+        self._sender = sender
         self._discovery.succeeded()
-        logger.info("RL-Insight trace endpoint discovered: %s (spans go there directly)", endpoint)
-
-    def _as_hub_would(self, span: ReadableSpan, attributes: Mapping[str, Any]) -> ReadableSpan:
-        merged = {"process_id": str(os.getpid()), **self._labels, **attributes}
-        return replace_span(span, resource=self._resource, attributes=merged)
+        logger.info("RL-Insight trace endpoint discovered: %s (spans go there directly)", sender.endpoint)
