@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 from opentelemetry.context import Context
@@ -104,6 +105,9 @@ class ExportSpanProcessor(SpanProcessor):
         if self._shut_down:
             return
         self._shut_down = True
+        deadline = time.monotonic() + timeout_s
         if self.queue is not None:
             self.counts.add("dropped", self.queue.shutdown(timeout_s))
+        # What the exporter still does in the background (RL-Insight's gauges) gets the time left.
+        self.exporter.force_flush(max(0, int((deadline - time.monotonic()) * 1000)))
         self.exporter.shutdown()

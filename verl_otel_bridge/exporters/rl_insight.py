@@ -17,6 +17,7 @@ from verl_otel_bridge.attributes import attributes_dict
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.exporters.named import named_exporter
 from verl_otel_bridge.exporters.redacting import RedactingSpanExporter
+from verl_otel_bridge.exporters.rl_insight_gauges import GaugePublisher
 from verl_otel_bridge.exporters.rl_insight_hub import HubTransport, rl_insight_state
 from verl_otel_bridge.exporters.rl_insight_otlp import DEFAULT_NAMESPACE, OtlpTransport
 from verl_otel_bridge.logs import OnceLogger, Reminder
@@ -108,6 +109,9 @@ class RLInsightSpanExporter(SpanExporter):
         self._otlp: OtlpTransport | None = None
         self._last_transport: str | None = None
         self._hub = HubTransport()
+        self._gauges: GaugePublisher[tuple[Probe, ReadableSpan]] = GaugePublisher(
+            lambda item: self._publish_gauges(*item), self.counts
+        )
         # The bridge's pipeline redacts before its exporters; built by name, this exporter does it itself.
         self._redactor = (
             RedactingSpanExporter(self.fallback, config.redact_attributes)
@@ -128,7 +132,7 @@ class RLInsightSpanExporter(SpanExporter):
         attributes = [forwarded_attributes(span) for span in spans]
         for span in spans:
             if is_session_span(span):
-                self._publish_gauges(probe, span)
+                self._gauges.submit((probe, span))
         if self._otlp_ready(probe.module) and self._send_otlp(spans, attributes):
             return SpanExportResult.SUCCESS
         return self._send_hub(probe, spans, attributes)
@@ -306,9 +310,12 @@ class RLInsightSpanExporter(SpanExporter):
             )
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.fallback.force_flush(timeout_millis)
+        """Wait (bounded) for the sessions' dashboard gauges still being published, then flush the fallback."""
+        published = self._gauges.flush(timeout_millis / 1000)
+        return self.fallback.force_flush(timeout_millis) and published
 
     def shutdown(self) -> None:
+        self._gauges.shutdown()
         if self._otlp is not None:
             self._otlp.shutdown()
         self.fallback.shutdown()
