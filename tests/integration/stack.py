@@ -156,7 +156,9 @@ class ReceivedSpan:
 
     Ids are lowercase hex; ``parent_span_id`` is ``None`` for a root span.
     ``attributes`` and ``resource`` hold plain Python values (str, int, float,
-    bool, bytes, lists of them, dicts for key-value lists).
+    bool, bytes, lists of them, dicts for key-value lists). ``received_ns`` is
+    ``time.perf_counter_ns()`` when the request carrying the span had been read
+    (0 when decoded elsewhere); it takes no part in comparisons.
     """
 
     name: str
@@ -169,6 +171,7 @@ class ReceivedSpan:
     status_code: int
     status_message: str
     resource: dict[str, Any] = field(default_factory=dict)
+    received_ns: int = field(default=0, compare=False)
 
 
 def _any_value(value: Any) -> Any:
@@ -188,7 +191,7 @@ def _key_values(items: Any) -> dict[str, Any]:
     return {item.key: _any_value(item.value) for item in items}
 
 
-def decode_export_request(body: bytes, content_encoding: str = "") -> list[ReceivedSpan]:
+def decode_export_request(body: bytes, content_encoding: str = "", received_ns: int = 0) -> list[ReceivedSpan]:
     """Decode an OTLP/HTTP protobuf trace export body (optionally gzip/deflate)."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -219,6 +222,7 @@ def decode_export_request(body: bytes, content_encoding: str = "") -> list[Recei
                         status_code=int(span.status.code),
                         status_message=span.status.message,
                         resource=resource,
+                        received_ns=received_ns,
                     )
                 )
     return spans
@@ -233,12 +237,13 @@ class _OtlpHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length)
+        received_ns = time.perf_counter_ns()
         receiver = self.server.receiver
         if self.path.split("?")[0] != "/v1/traces":
             self._reply(404, b"")
             return
         status = receiver.reply_status
-        receiver._accept(body, self.headers.get("Content-Encoding", ""), status == 200)
+        receiver._accept(body, self.headers.get("Content-Encoding", ""), received_ns, status == 200)
         self._reply(status, _EMPTY_RESPONSE if status == 200 else b"")
 
     def _reply(self, status: int, body: bytes) -> None:
@@ -304,7 +309,7 @@ class OtlpReceiver(_ServedInThread):
         self.reply_status = 200
         self._lock = threading.Lock()  # guards _pending and _requests
         self._decoded_lock = threading.RLock()  # guards _spans and _errors
-        self._pending: list[tuple[bytes, str]] = []
+        self._pending: list[tuple[bytes, str, int]] = []
         self._spans: list[ReceivedSpan] = []
         self._requests = 0
         self._rejected = 0
@@ -324,10 +329,10 @@ class OtlpReceiver(_ServedInThread):
         """The OTLP/HTTP traces URL of this receiver."""
         return f"http://{LOOPBACK}:{self.port}/v1/traces"
 
-    def _accept(self, body: bytes, encoding: str, keep: bool) -> None:
+    def _accept(self, body: bytes, encoding: str, received_ns: int, keep: bool) -> None:
         with self._lock:
             if keep:
-                self._pending.append((body, encoding))
+                self._pending.append((body, encoding, received_ns))
                 self._requests += 1
             else:
                 self._rejected += 1
@@ -337,9 +342,9 @@ class OtlpReceiver(_ServedInThread):
         with self._decoded_lock:
             with self._lock:
                 pending, self._pending = self._pending, []
-            for body, encoding in pending:
+            for body, encoding, received_ns in pending:
                 try:
-                    self._spans.extend(decode_export_request(body, encoding))
+                    self._spans.extend(decode_export_request(body, encoding, received_ns))
                 except Exception as exc:  # noqa: BLE001 - reported by wait_for
                     self._errors.append(f"{type(exc).__name__}: {exc}")
 

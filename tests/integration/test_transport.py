@@ -433,13 +433,12 @@ def test_endpoint_failure_mid_run_loses_nothing_and_duplicates_nothing(
 
 #: Spans per transport in the throughput test.
 THROUGHPUT_SPANS = 3000
-#: Asserted ratio otlp/hub. Measured here (2 cores, other suites running): hub about
-#: 1,100-1,700 spans/s, otlp about 4,800-5,500 spans/s, so 2.9x-5x; not the 10x once
-#: hoped for, because the direct path is bound by OpenTelemetry's Python OTLP encoder
-#: (about 110 us per span of ~20 attributes) on the caller's process. The benchmark
-#: (bench/) owns the headline numbers; this bound only catches a direct path that is
-#: not faster than the hub at all (e.g. silently going through it).
-MIN_SPEEDUP = 2.0
+#: Asserted ratio otlp/hub. This is a timed test on a shared 2-core machine, so it
+#: only catches a direct path that is not clearly faster than the hub (e.g. silently
+#: going through it). The benchmark (``make bench``) owns the headline figures:
+#: there otlp delivers about 10-12x the hub; here, with this test's extra in-memory
+#: copy of every span and sessions' gauges sharing the process, about 6-9x.
+MIN_SPEEDUP = 3.0
 #: Each transport is measured this many times, alternating; each keeps its best rate.
 THROUGHPUT_ROUNDS = 2
 
@@ -448,7 +447,7 @@ THROUGHPUT_ROUNDS = 2
 class Throughput:
     spans: list[ReceivedSpan]  # the timed spans, as received
     produced_s: float  # first span end -> last span end (the caller's loop)
-    delivered_s: float  # first span end -> all spans at the receiver
+    delivered_s: float  # first span end -> the last of them read by the receiver
 
     @property
     def rate(self) -> float:
@@ -458,10 +457,8 @@ class Throughput:
 def _throughput(hub: RlInsightHub, transport: str, sample: str) -> Throughput:
     """Make THROUGHPUT_SPANS agent-loop spans as fast as the caller can and time their delivery.
 
-    Delivered means at the receiver: for ``hub``, polled at the receiver (the hub
-    exports on its own schedule); for ``otlp``, when ``force_flush`` returned, since
-    the receiver stored every batch before answering 200 (checked afterwards, untimed:
-    decoding 3,000 spans in this process would otherwise compete with the export).
+    Delivered means read by the receiver (its arrival stamp on the request that
+    carried the span), whatever the bridge does afterwards (the sessions' gauges).
     """
     with bridge_run(
         hub.server.url, transport, max_queue_size=THROUGHPUT_SPANS + 1000, max_export_batch_size=512
@@ -472,7 +469,7 @@ def _throughput(hub: RlInsightHub, transport: str, sample: str) -> Throughput:
         assert bridge.force_flush(30)
         per_session = 1 + 1 + 2 * 24  # session + task + 24 turns with one child each
         timed = (THROUGHPUT_SPANS // per_session) * per_session
-        started: float | None = None
+        started: int | None = None
         for number in range(THROUGHPUT_SPANS // per_session):
             with bridge.session(sample=sample, session=f"s{number}", global_steps=1) as session:
                 with session.task("t"):
@@ -481,24 +478,20 @@ def _throughput(hub: RlInsightHub, transport: str, sample: str) -> Throughput:
                             with bridge.span("tool"):
                                 pass
                             if started is None:
-                                started = time.perf_counter()  # the first span ended just now
+                                started = time.perf_counter_ns()  # the first span ended just now
                             handle.record(prompt_tokens=1, completion_tokens=2, finish_reason="stop")
-        produced = time.perf_counter()
+        produced = time.perf_counter_ns()
         assert started is not None
-        if transport == "otlp":
-            assert bridge.force_flush(60)
-            delivered = time.perf_counter()
-            spans = wait_for_run(hub.receiver, run, timed + 1, timeout_s=60)
-        else:
-            spans = wait_for_run(hub.receiver, run, timed + 1, timeout_s=180)
-            delivered = time.perf_counter()
-            assert bridge.force_flush(30)
+        # Decoding at the receiver runs in this process: for otlp, only once the bridge is done.
+        assert bridge.force_flush(60 if transport == "otlp" else 180)
+        spans = wait_for_run(hub.receiver, run, timed + 1, timeout_s=60)
         counters = bridge.status()["counters"]
     assert counters["ended"] == timed + 1 and balance(counters) == 0, counters
     assert counters["exported"] == {("rl_insight_otlp" if transport == "otlp" else "rl_insight"): timed + 1}, counters
     assert len(by_span_id(spans)) == timed + 1  # zero loss, zero duplicates
     timed_spans = [s for s in spans if s.name != "warm-up"]
-    return Throughput(timed_spans, produced - started, delivered - started)
+    delivered = max(s.received_ns for s in timed_spans)
+    return Throughput(timed_spans, (produced - started) / 1e9, (delivered - started) / 1e9)
 
 
 def test_otlp_is_much_faster_than_the_hub_with_zero_loss(rl_insight_hub: RlInsightHub, run_tag: str) -> None:
