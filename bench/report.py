@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ TARGET_C_US = 1.0
 TARGET_E_OVER_D = 0.25
 TARGET_RATE = 0.9
 TARGET_MEMORY_MB = 50.0
+#: Issue 9: the otlp transport against the hub path, both through the bridge.
+TARGET_OTLP_OVER_HUB = 10.0
 
 
 def _ratio(results: dict[str, Any], num: str, den: str) -> dict[str, Any] | None:
@@ -51,6 +54,22 @@ def _ratios(n: dict[str, Any], d: dict[str, Any], paired: dict[str, Any] | None)
 def _rate(results: dict[str, Any], key: str) -> float | None:
     delivery = results["variants"].get(key, {}).get("delivery")
     return delivery["median_rate_per_s"] if delivery else None
+
+
+def _otlp_over_hub(results: dict[str, Any], measure: str) -> dict[str, Any] | None:
+    """e over e_hub for ``measure`` (``delivery``: the bursts; ``capacity``): of the medians and per round."""
+    v = results["variants"]
+    otlp, hub = v.get("e", {}).get(measure), v.get("e_hub", {}).get(measure)
+    if not otlp or not hub or not hub["median_rate_per_s"]:
+        return None
+    rounds = "bursts" if measure == "delivery" else "rounds"
+    pairs = zip(otlp[rounds], hub[rounds], strict=True)
+    paired = sorted((o["rate_per_s"] or 0.0) / h["rate_per_s"] for o, h in pairs if h["rate_per_s"])
+    return {
+        "median": otlp["median_rate_per_s"] / hub["median_rate_per_s"],
+        "paired_round_median": statistics.median(paired),
+        "paired_round_range": [paired[0], paired[-1]],
+    }
 
 
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
@@ -80,6 +99,10 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
         rate = _rate(results, key)
         if rate is not None and d_rate:
             out[f"{key}(rate)/d(rate)"] = rate / d_rate
+    for kind, per_round in (("rate", "delivery"), ("capacity", "capacity")):
+        ratio = _otlp_over_hub(results, per_round)
+        if ratio is not None:
+            out[f"e({kind})/e_hub({kind})"] = ratio
     return out
 
 
@@ -146,6 +169,24 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{key} lost {lost}, d lost {v['d']['delivery']['lost']}; bursts of {bursts[0]['spans']} spans "
                 f"{'<=' if under_bound else '>'} queue bound {delivery['queue_bound']}",
             )
+    for kind, measure, what in (
+        ("rate", "delivery", "while the caller makes spans on the same cores (the bursts)"),
+        ("capacity", "capacity", "spans already made, nothing else running"),
+    ):
+        name = f"e({kind})/e_hub({kind})"
+        if name in r:
+            ratio = r[name]
+            lost = v["e"][measure]["lost"] + v["e_hub"][measure]["lost"]
+            add(
+                f"{name}: otlp transport vs hub, {what}; zero loss",
+                f">= {TARGET_OTLP_OVER_HUB:.0f}, loss 0",
+                round(ratio["median"], 2),
+                ratio["median"] >= TARGET_OTLP_OVER_HUB and lost == 0,
+                f"median rates {v['e'][measure]['median_rate_per_s']:,.0f} vs "
+                f"{v['e_hub'][measure]['median_rate_per_s']:,.0f} spans/s; per round (measured back to back) "
+                f"median {ratio['paired_round_median']:.2f}, range {ratio['paired_round_range'][0]:.2f}-"
+                f"{ratio['paired_round_range'][1]:.2f}; lost {lost}",
+            )
     memory = results.get("memory")
     if memory:
         value = max(memory["growth_mb"], memory["peak_growth_mb"])
@@ -205,7 +246,8 @@ def ratio_table(results: dict[str, Any]) -> str:
             paired = r.get("paired_round_median")
             rng = r.get("paired_round_range")
             pr = f"{paired:.3f} ({rng[0]:.3f}-{rng[1]:.3f})" if paired is not None else "-"
-            lines.append(f"| {name} | {r['median']:.3f} | {r['p99']:.3f} | {pr} |")
+            p99 = f"{r['p99']:.3f}" if "p99" in r else ""
+            lines.append(f"| {name} | {r['median']:.3f} | {p99} | {pr} |")
         else:
             lines.append(f"| {name} | {r:.3f} | | |")
     return "\n".join(lines)
@@ -261,6 +303,20 @@ def _delivery_table(results: dict[str, Any]) -> str:
             f"{_fmt(light.get('median_us'))} / {_fmt(light.get('p99_us'))} | "
             f"{c.get('received')}/{c.get('spans')} |"
         )
+    capacity = [k for k in rows if "capacity" in v[k]]
+    if capacity:
+        lines += [
+            "",
+            "Export capacity (spans made first, then handed to a fresh exporter in batches, nothing else running):",
+            "",
+            "| variant | round | spans | received | lost | spans/s |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for key in capacity:
+            for i, c in enumerate(v[key]["capacity"]["rounds"]):
+                lines.append(
+                    f"| {key} | {i} | {c['spans']} | {c['received']} | {c['lost']} | {_fmt(c['rate_per_s'], 0)} |"
+                )
     return "\n".join(lines)
 
 

@@ -28,9 +28,9 @@ Variants (see ``docs/performance.md`` for what each one means):
 ``f``        resident-set growth over 1,000,000 spans with the default bounded fallback
 ===========  ==================================================================
 
-``d``/``e`` run in a subprocess with Ray on loopback, RL-Insight's discovery
-server and an OTLP receiver (from ``tests/integration/stack.py``); ``f`` runs
-in its own subprocess. ``--smoke`` runs everything with tiny counts in a few
+``d``/``e`` run in a subprocess with Ray on loopback and RL-Insight's discovery
+server (from ``tests/integration/stack.py``), and an OTLP receiver in a process
+of its own (as Tempo would be); ``f`` runs in its own subprocess. ``--smoke`` runs everything with tiny counts in a few
 seconds (``d``/``e`` only when ``rl_insight``, ``ray`` and ``opentelemetry-proto``
 import) and writes to a temporary directory unless ``--out-dir`` is given.
 
@@ -47,6 +47,7 @@ import argparse
 import contextlib
 import gc
 import json
+import multiprocessing
 import os
 import platform
 import shlex
@@ -57,6 +58,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +119,8 @@ class Settings:
     stack_warmup: int
     rate_bursts: int
     rate_spans: int
+    capacity_rounds: int
+    capacity_spans: int
     delivery_timeout_s: float
     memory_spans: int
     memory_session_spans: int
@@ -132,6 +136,8 @@ FULL = Settings(
     stack_warmup=300,
     rate_bursts=5,
     rate_spans=2000,
+    capacity_rounds=3,
+    capacity_spans=4096,
     delivery_timeout_s=30.0,
     memory_spans=1_000_000,
     memory_session_spans=1000,
@@ -146,6 +152,8 @@ SMOKE = Settings(
     stack_warmup=50,
     rate_bursts=1,
     rate_spans=200,
+    capacity_rounds=1,
+    capacity_spans=512,
     delivery_timeout_s=20.0,
     memory_spans=5000,
     memory_session_spans=500,
@@ -450,100 +458,177 @@ def stack_unavailable() -> str | None:
     return None
 
 
+#: Bound on a reply from the receiver process beyond the time the request itself may take.
+RECEIVER_REPLY_S = 10.0
+#: Bound on the receiver process's start (a fresh interpreter importing opentelemetry-proto).
+RECEIVER_START_S = 60.0
+
+
 class BenchReceiver:
-    """An OTLP/HTTP trace receiver on 127.0.0.1 that timestamps every request on arrival.
+    """An OTLP/HTTP trace receiver on 127.0.0.1, in its own process, that timestamps every request on arrival.
 
     ``tests/integration/stack.py``'s receiver records spans but not when they
     arrived; delivery rates need the arrival time of the request that completed
-    a burst. Bodies are decoded lazily, by :meth:`count`.
+    a burst.
+
+    It runs in a separate (spawned) process because in production the trace
+    backend (Tempo) is another process: served from the stack phase's process,
+    its HTTP handling and protobuf decoding would compete with the exporters'
+    background threads for the GIL and the CPU, and understate delivery rates.
+
+    Arrival times are ``time.perf_counter_ns()`` in the receiver process; on Linux
+    that is ``CLOCK_MONOTONIC``, one clock for the whole system, so they compare
+    with ``perf_counter_ns()`` taken here. The two processes talk over a pipe;
+    every call is bounded in time, and the receiver process exits as soon as the
+    pipe closes (:meth:`stop`, or this process ending in any way).
     """
 
     def __init__(self) -> None:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        receiver = self
-        self._lock = threading.Lock()
-        self._arrivals: list[tuple[int, bytes, str]] = []
-        self._decoded = 0
-        self.counts: dict[str, int] = {}
-        self.completed_at: dict[str, int] = {}
-        self.untagged = 0
-        self.requests = 0
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.path.split("?")[0] == "/v1/traces":
-                    with receiver._lock:
-                        receiver._arrivals.append((pc(), body, self.headers.get("Content-Encoding", "")))
-                    status = 200
-                else:
-                    status = 404
-                self.send_response(status)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-
-        self._server = Server(("127.0.0.1", 0), Handler)
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-        self._thread.start()
-
-    def count(self) -> None:
-        """Decode requests that arrived since the last call; update per-tag counts and completion times."""
-        import gzip
-        import zlib
-
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-        with self._lock:
-            new = self._arrivals[self._decoded :]
-            self._decoded = len(self._arrivals)
-        for arrived, body, encoding in new:
-            self.requests += 1
-            encoding = encoding.strip().lower()
-            if encoding == "gzip":
-                body = gzip.decompress(body)
-            elif encoding == "deflate":
-                body = zlib.decompress(body)
-            request = ExportTraceServiceRequest.FromString(body)
-            for resource_spans in request.resource_spans:
-                for scope_spans in resource_spans.scope_spans:
-                    for span in scope_spans.spans:
-                        tag = None
-                        for item in span.attributes:
-                            if item.key == "bench_tag":
-                                tag = item.value.string_value
-                                break
-                        if tag is None:
-                            self.untagged += 1
-                            continue
-                        self.counts[tag] = self.counts.get(tag, 0) + 1
-                        self.completed_at[tag] = arrived
+        context = multiprocessing.get_context("spawn")
+        self._conn, child_conn = context.Pipe()
+        self._process = context.Process(target=serve_receiver, args=(child_conn,), name="bench-receiver", daemon=True)
+        self._process.start()
+        child_conn.close()  # so that this end sees EOF if the receiver process dies
+        try:
+            self.port: int = self._reply(RECEIVER_START_S)
+        except BaseException:
+            self.stop()
+            raise
 
     def wait(self, tag: str, expected: int, timeout_s: float) -> tuple[int, int | None]:
         """Wait (bounded) until ``expected`` spans tagged ``tag`` arrived: (received, arrival ns of the last)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self.count()
-            got = self.counts.get(tag, 0)
-            if got >= expected or time.monotonic() >= deadline:
-                return got, self.completed_at.get(tag)
-            time.sleep(0.005)
+        self._conn.send(("wait", tag, expected, timeout_s))
+        received, last = self._reply(timeout_s + RECEIVER_REPLY_S)
+        return int(received), last
+
+    @property
+    def requests(self) -> int:
+        """POST /v1/traces requests received so far."""
+        return self._totals()[0]
+
+    @property
+    def untagged(self) -> int:
+        """Spans received so far without a ``bench_tag`` attribute."""
+        return self._totals()[1]
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        """Close the pipe (the receiver process then exits); kill it if it has not within a bound."""
+        self._conn.close()
+        self._process.join(RECEIVER_REPLY_S)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(RECEIVER_REPLY_S)
+
+    def _totals(self) -> tuple[int, int]:
+        self._conn.send(("totals",))
+        requests, untagged = self._reply(RECEIVER_REPLY_S)
+        return int(requests), int(untagged)
+
+    def _reply(self, timeout_s: float) -> Any:
+        if not self._conn.poll(timeout_s):
+            raise TimeoutError(f"the bench receiver process did not answer within {timeout_s:.0f} s")
+        try:
+            return self._conn.recv()
+        except EOFError:
+            raise RuntimeError("the bench receiver process exited") from None
+
+
+def serve_receiver(conn: Connection) -> None:
+    """:class:`BenchReceiver`'s process: serve OTLP/HTTP on 127.0.0.1, answer queries on ``conn`` until it closes.
+
+    Sends the port once listening, then answers ``("wait", tag, expected, timeout_s)``
+    with ``(received, arrival ns of the last)`` and ``("totals",)`` with
+    ``(requests, untagged spans)``. Bodies are decoded on arrival (after the
+    timestamp, before the reply, as a real receiver does); one that does not
+    decode gets a 400 and counts for nothing.
+    """
+    import gzip
+    import threading
+    import zlib
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    changed = threading.Condition()
+    counts: dict[str, int] = {}
+    last_arrival: dict[str, int] = {}
+    totals = {"requests": 0, "untagged": 0}
+
+    def span_tags(body: bytes, encoding: str) -> list[str | None]:
+        encoding = encoding.strip().lower()
+        if encoding == "gzip":
+            body = gzip.decompress(body)
+        elif encoding == "deflate":
+            body = zlib.decompress(body)
+        tags: list[str | None] = []
+        for resource_spans in ExportTraceServiceRequest.FromString(body).resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    tags.append(
+                        next((item.value.string_value for item in span.attributes if item.key == "bench_tag"), None)
+                    )
+        return tags
+
+    def record(arrived: int, tags: list[str | None]) -> None:
+        with changed:
+            totals["requests"] += 1
+            for tag in tags:
+                if tag is None:
+                    totals["untagged"] += 1
+                else:
+                    counts[tag] = counts.get(tag, 0) + 1
+                    last_arrival[tag] = max(arrived, last_arrival.get(tag, arrived))
+            changed.notify_all()
+
+    def answer(request: tuple[Any, ...]) -> tuple[Any, ...]:
+        with changed:
+            if request[0] == "totals":
+                return totals["requests"], totals["untagged"]
+            _, tag, expected, timeout_s = request
+            changed.wait_for(lambda: counts.get(tag, 0) >= expected, timeout_s)
+            return counts.get(tag, 0), last_arrival.get(tag)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            arrived = pc()
+            status = 404
+            if self.path.split("?")[0] == "/v1/traces":
+                try:
+                    tags = span_tags(body, self.headers.get("Content-Encoding", ""))
+                except (DecodeError, OSError, EOFError, zlib.error):
+                    status = 400
+                else:
+                    record(arrived, tags)
+                    status = 200
+            self.send_response(status)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        allow_reuse_address = True
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    try:
+        conn.send(int(server.server_address[1]))
+        while True:
+            try:
+                request = conn.recv()
+            except EOFError:
+                return
+            conn.send(answer(request))
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def phase_stack(settings: Settings) -> dict[str, Any]:
@@ -693,6 +778,12 @@ def _run_stack(
             )
     timings["rate_bursts_s"] = round(time.monotonic() - t, 1)
 
+    # 3. Export capacity: what each transport delivers when nothing else runs in the
+    #    process (see _export_capacity).
+    t = time.monotonic()
+    capacity = _export_capacity(settings, receiver, base, [v.key for v in variants if v.key in bridges])
+    timings["capacity_s"] = round(time.monotonic() - t, 1)
+
     results = {v.key: _variant_result(v) for v in variants}
     for key, bursts in rates.items():
         results[key]["label"] += " [sustained bursts]"
@@ -703,6 +794,8 @@ def _run_stack(
             "queue_bound": bridges[key].config.max_queue_size if key in bridges else None,
             "median_process_cpu_us_per_span": median([b["process_cpu_us_per_span"] for b in bursts]),
         }
+        if key in capacity:
+            results[key]["capacity"] = capacity[key]
         results[key]["light_load"] = {
             k2: light[key][k2] for k2 in ("n", "median_us", "p99_us", "mean_us", "round_median_us")
         }
@@ -721,6 +814,66 @@ def _run_stack(
         "versions": {"ray": ray.__version__, "rl_insight": getattr(rl_insight, "__version__", None)},
         "timings_s": timings,
         "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def _export_capacity(
+    settings: Settings, receiver: BenchReceiver, base: dict[str, Any], keys: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Spans per second each bridge variant's exporter delivers when nothing else competes.
+
+    The spans are made first, by an in-memory bridge (the same attributes as the bursts),
+    then handed to a fresh ``RLInsightSpanExporter`` configured like the variant, in
+    batches of ``max_export_batch_size``, on this thread: the rate runs from the first
+    export call until the receiver holds every span. This is the transport's ceiling;
+    the bursts above measure it while the caller makes spans on the same cores.
+    """
+    from verl_otel_bridge import Bridge, BridgeConfig
+    from verl_otel_bridge.exporters import RLInsightSpanExporter
+
+    transports = {"e": {}, "e_hub": {"rl_insight_transport": "hub"}}
+    exporters = {key: RLInsightSpanExporter(config=BridgeConfig.resolve(**base, **transports[key])) for key in keys}
+    batch = BridgeConfig.resolve(**base).max_export_batch_size
+    made = Bridge(BridgeConfig.resolve(environ={}, exporter="memory", memory_max_spans=settings.capacity_spans + 1))
+
+    def spans(tag: str) -> list[Any]:
+        assert made.memory_exporter is not None
+        made.memory_exporter.clear()
+        with made.session(**SESSION_ARGS):
+            for _ in range(settings.capacity_spans):
+                with made.span(SPAN_NAME, turn=3, type="generate", prompt_tokens=512, bench_tag=tag):
+                    pass
+        return [s for s in made.memory_exporter.get_finished_spans() if s.attributes.get("bench_tag") == tag]
+
+    rounds: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
+    try:
+        for key, exporter in exporters.items():  # discovery, rl_insight.init: before timing
+            warm = spans(f"capacity-warm-{key}")[:1]
+            exporter.export(warm)
+            receiver.wait(f"capacity-warm-{key}", 1, settings.delivery_timeout_s)
+        for number in range(settings.capacity_rounds):
+            for key in keys[number % len(keys) :] + keys[: number % len(keys)]:
+                tag = f"capacity-{key}-{number}"
+                ready = spans(tag)
+                gc.collect()
+                t0 = pc()
+                for i in range(0, len(ready), batch):
+                    exporters[key].export(ready[i : i + batch])
+                got, last = receiver.wait(tag, len(ready), settings.delivery_timeout_s)
+                seconds = ((last if last is not None else pc()) - t0) / 1e9
+                rate = round(got / seconds, 1)
+                rounds[key].append({"spans": len(ready), "received": got, "lost": len(ready) - got, "rate_per_s": rate})
+    finally:
+        for exporter in exporters.values():
+            exporter.shutdown()
+        made.shutdown()
+    return {
+        key: {
+            "rounds": rs,
+            "median_rate_per_s": median([r["rate_per_s"] for r in rs]),
+            "lost": sum(r["lost"] for r in rs),
+        }
+        for key, rs in rounds.items()
     }
 
 

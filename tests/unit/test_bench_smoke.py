@@ -71,6 +71,8 @@ def test_bench_smoke_produces_every_row_it_can(tmp_path: Path) -> None:
             assert key in variants, f"rl_insight imports here but row {key} is missing: {skipped}"
             delivery = variants[key]["delivery"]
             assert delivery["bursts"] and delivery["bursts"][0]["received"] > 0, delivery
+        capacity = variants["e"]["capacity"]
+        assert capacity["rounds"] and capacity["rounds"][0]["received"] > 0, capacity
     else:
         for key in ("d", "e"):
             assert key not in variants and skipped.get(key), f"row {key}: neither measured nor skipped with a reason"
