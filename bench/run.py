@@ -24,15 +24,17 @@ Variants (see ``docs/performance.md`` for what each one means):
 ``timer``    the timing loop with an empty body (what every figure includes)
 ``d``        verl's way: ``rl_insight.trace_span`` per span, real RL-Insight 0.3.0
 ``e``        the bridge forwarding to the same stack (``exporter="rl_insight"``,
-             default transport), and ``e_hub`` (``rl_insight_transport="hub"``)
+             default transport), and ``e_hub`` (``rl_insight_transport="hub"``);
+             for both also the export capacity (spans made first, then exported)
 ``f``        resident-set growth over 1,000,000 spans with the default bounded fallback
 ===========  ==================================================================
 
 ``d``/``e`` run in a subprocess with Ray on loopback and RL-Insight's discovery
 server (from ``tests/integration/stack.py``), and an OTLP receiver in a process
-of its own (as Tempo would be); ``f`` runs in its own subprocess. ``--smoke`` runs everything with tiny counts in a few
-seconds (``d``/``e`` only when ``rl_insight``, ``ray`` and ``opentelemetry-proto``
-import) and writes to a temporary directory unless ``--out-dir`` is given.
+of its own (as Tempo would be); ``f`` runs in its own subprocess. ``--smoke``
+runs everything with tiny counts in a few seconds (``d``/``e`` only when
+``rl_insight``, ``ray`` and ``opentelemetry-proto`` import) and writes to a
+temporary directory unless ``--out-dir`` is given.
 
 Usage::
 
