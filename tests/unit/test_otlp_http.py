@@ -1,9 +1,12 @@
-"""OtlpHttpSender: one POST per batch, kept-alive connections, OpenTelemetry's env settings, clear errors."""
+"""Sending OTLP/HTTP: OtlpHttpSender (one POST per batch, kept-alive connections, OpenTelemetry's env
+settings, clear errors) and the RL-Insight OtlpTransport built on it."""
 
 from __future__ import annotations
 
 import gzip
 import http.server
+import json
+import os
 import shutil
 import ssl
 import subprocess
@@ -15,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from verl_otel_bridge.exporters.rl_insight import forwarded_attributes
+from verl_otel_bridge.exporters.rl_insight_otlp import SERVICES_PATH, OtlpTransport
 from verl_otel_bridge.otlp_http import OtlpHttpSender, OtlpSendError, parse_headers
 
 
@@ -55,6 +64,13 @@ class _Receiver(http.server.ThreadingHTTPServer):
                 self.end_headers()
                 self.wfile.write(answer)
                 self.close_connection = close_after_reply
+
+            def do_GET(self) -> None:  # also RL-Insight's discovery API, advertising this server
+                body = json.dumps({"status": "ok", "otlp_port": receiver.server_address[1]}).encode()
+                self.send_response(200 if self.path == SERVICES_PATH else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -242,3 +258,52 @@ def test_a_missing_certificate_file_is_a_send_error_not_a_crash(tmp_path: Path) 
     sender = OtlpHttpSender.from_environment("https://127.0.0.1:1/v1/traces", timeout_s=1, environ=environ)
     with pytest.raises(OtlpSendError, match="FileNotFoundError"):
         sender.send(b"x")
+
+
+# ------------------------------------------------------------- the RL-Insight transport
+
+
+def _two_spans() -> list[Any]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("agent_session", attributes={"project": "mine", "global_steps": 3}):
+        with tracer.start_as_current_span("agent_turn", attributes={"turn": 1}):
+            pass
+    return list(exporter.get_finished_spans())
+
+
+def test_the_transport_sends_what_the_hub_would_with_the_variables_applied(serve: Any) -> None:
+    receiver = serve(_Receiver())
+    server_url = receiver.url.removesuffix("/v1/traces")
+    environ = {"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-team=rl", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}
+    transport = OtlpTransport(
+        server_url, namespace="ns", labels={"project": "p", "experiment_name": "e"}, environ=environ
+    )
+    assert transport.available() and transport.endpoint == receiver.url
+    spans = _two_spans()
+    assert transport.send(spans, [forwarded_attributes(span) for span in spans])
+    (request,) = receiver.requests
+    assert request["headers"]["x-team"] == "rl"
+    message = ExportTraceServiceRequest.FromString(gzip.decompress(request["body"]))
+    (resource_spans,) = message.resource_spans
+    assert {kv.key: kv.value.string_value for kv in resource_spans.resource.attributes}["service.name"] == "ns"
+    sent = {span.name: span for span in resource_spans.scope_spans[0].spans}
+    turn = {kv.key: kv.value for kv in sent["agent_turn"].attributes}
+    session = {kv.key: kv.value for kv in sent["agent_session"].attributes}
+    assert turn["process_id"].string_value == str(os.getpid())
+    assert turn["project"].string_value == "p" and session["project"].string_value == "mine"  # the span's own wins
+    assert session["global_steps"].int_value == 3 and turn["turn"].int_value == 1
+    assert sent["agent_turn"].parent_span_id == sent["agent_session"].span_id  # a real link, not a root
+    assert turn["otel.parent_span_id"].string_value == sent["agent_session"].span_id.hex()
+
+
+def test_a_refused_batch_reports_why_and_waits_for_the_backoff(serve: Any) -> None:
+    receiver = serve(_Receiver(status=503))
+    transport = OtlpTransport(receiver.url.removesuffix("/v1/traces"), environ={})
+    assert transport.available()
+    spans = _two_spans()
+    assert transport.send(spans, [forwarded_attributes(span) for span in spans]) is False
+    assert transport.last_error is not None and "503" in transport.last_error
+    assert transport.available() is False  # retried after the backoff (1 s, doubling), not on the next batch
