@@ -167,7 +167,6 @@ class OtlpTransport:
         self._discovery = _Backoff()
         self._sending = _Backoff()
         self.last_error: str | None = None
-        self.discovered = False
 
     @property
     def endpoint(self) -> str | None:
@@ -228,7 +227,6 @@ class OtlpTransport:
             )
             logger.info("%s; retrying in %.0f s, spans use the hub meanwhile", self.last_error, self._discovery.delay_s)
             return
-        self.discovered = True
         if sender is None:
             self._discovery.failed()
             self.last_error = "RL-Insight's server advertises no otlp_port"
