@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.server
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -51,3 +53,21 @@ def make_bridge() -> Iterator[Callable[..., Bridge]]:
     yield make
     for bridge in reversed(made):
         bridge.shutdown(timeout_s=2)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Any], Any]]:
+    """``serve(server)``: run a loopback HTTP server (e.g. ``OtlpSink()``) for the test; stopped after."""
+    started: list[tuple[http.server.ThreadingHTTPServer, threading.Thread]] = []
+
+    def start(server: http.server.ThreadingHTTPServer) -> Any:
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        started.append((server, thread))
+        return server
+
+    yield start
+    for server, thread in started:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

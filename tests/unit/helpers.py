@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import http.server
+import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -10,6 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge import Bridge
 from verl_otel_bridge.accounting import balance
+from verl_otel_bridge.exporters.rl_insight_otlp import SERVICES_PATH
 from verl_otel_bridge.identity import IDENTITY_KEYS
 
 #: Upper bound for any wait on another thread; never reached when things work.
@@ -54,3 +58,62 @@ def assert_balanced(bridge: Bridge) -> dict[str, Any]:
 
 def span_count(bridge: Bridge) -> int:
     return bridge.status()["counters"]["ended"]
+
+
+class OtlpSink(http.server.ThreadingHTTPServer):
+    """A loopback OTLP/HTTP endpoint (and RL-Insight-like discovery API advertising it) that
+    records every request and answers ``status``; serve it with the ``serve`` fixture.
+
+    With ``close_after_reply`` it drops the connection after each answer without
+    saying so (no ``Connection: close``), like a server whose idle timeout fired.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, *, status: int = 200, close_after_reply: bool = False, hang: threading.Event | None = None):
+        self.requests: list[dict[str, Any]] = []
+        self.connections = 0
+        self.closed = 0
+        self.status = status
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                receiver.connections += 1
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if hang is not None:
+                    hang.wait(10)
+                receiver.requests.append(
+                    {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+                )
+                answer = b"" if receiver.status == 200 else b"backend says no"
+                self.send_response(receiver.status)
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+                self.close_connection = close_after_reply
+
+            def do_GET(self) -> None:  # also RL-Insight's discovery API, advertising this server
+                body = json.dumps({"status": "ok", "otlp_port": receiver.server_address[1]}).encode()
+                self.send_response(200 if self.path == SERVICES_PATH else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that gave up (the timeout test) breaks the pipe; the tests check what arrived
+
+    def shutdown_request(self, request: Any) -> None:
+        super().shutdown_request(request)
+        self.closed += 1

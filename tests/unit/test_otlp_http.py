@@ -4,8 +4,6 @@ settings, clear errors) and the RL-Insight OtlpTransport built on it."""
 from __future__ import annotations
 
 import gzip
-import http.server
-import json
 import os
 import shutil
 import ssl
@@ -13,7 +11,6 @@ import subprocess
 import threading
 import time
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,87 +21,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from verl_otel_bridge.exporters.rl_insight import forwarded_attributes
-from verl_otel_bridge.exporters.rl_insight_otlp import SERVICES_PATH, OtlpTransport
+from verl_otel_bridge.exporters.rl_insight_otlp import OtlpTransport
 from verl_otel_bridge.otlp_http import OtlpHttpSender, OtlpSendError, parse_headers
 
-
-class _Receiver(http.server.ThreadingHTTPServer):
-    """A loopback OTLP/HTTP endpoint that records every request and answers ``status``.
-
-    With ``close_after_reply`` it drops the connection after each answer without
-    saying so (no ``Connection: close``), like a server whose idle timeout fired.
-    """
-
-    daemon_threads = True
-
-    def __init__(self, *, status: int = 200, close_after_reply: bool = False, hang: threading.Event | None = None):
-        self.requests: list[dict[str, Any]] = []
-        self.connections = 0
-        self.closed = 0
-        self.status = status
-        receiver = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                receiver.connections += 1
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if hang is not None:
-                    hang.wait(10)
-                receiver.requests.append(
-                    {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
-                )
-                answer = b"" if receiver.status == 200 else b"backend says no"
-                self.send_response(receiver.status)
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-                self.close_connection = close_after_reply
-
-            def do_GET(self) -> None:  # also RL-Insight's discovery API, advertising this server
-                body = json.dumps({"status": "ok", "otlp_port": receiver.server_address[1]}).encode()
-                self.send_response(200 if self.path == SERVICES_PATH else 404)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that gave up (the timeout test) breaks the pipe; the tests check what arrived
-
-    def shutdown_request(self, request: Any) -> None:
-        super().shutdown_request(request)
-        self.closed += 1
-
-
-@pytest.fixture
-def serve() -> Iterator[Any]:
-    started: list[tuple[http.server.ThreadingHTTPServer, threading.Thread]] = []
-
-    def start(server: http.server.ThreadingHTTPServer) -> Any:
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        thread.start()
-        started.append((server, thread))
-        return server
-
-    yield start
-    for server, thread in started:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+from .helpers import OtlpSink
 
 
 def test_posts_protobuf_bodies_over_one_kept_alive_connection(serve: Any) -> None:
-    receiver = serve(_Receiver())
+    receiver = serve(OtlpSink())
     sender = OtlpHttpSender(receiver.url, timeout_s=5)
     for n in range(3):
         sender.send(f"batch {n}".encode())
@@ -116,7 +40,7 @@ def test_posts_protobuf_bodies_over_one_kept_alive_connection(serve: Any) -> Non
 
 
 def test_a_connection_the_server_closed_is_replaced_without_posting_twice(serve: Any) -> None:
-    receiver = serve(_Receiver(close_after_reply=True))
+    receiver = serve(OtlpSink(close_after_reply=True))
     sender = OtlpHttpSender(receiver.url, timeout_s=5)
     for n in range(4):
         sender.send(f"batch {n}".encode())
@@ -132,7 +56,7 @@ def test_a_connection_the_server_closed_is_replaced_without_posting_twice(serve:
 def test_compression_and_headers_come_from_opentelemetrys_variables(
     serve: Any, compression: str, decompress: Any
 ) -> None:
-    receiver = serve(_Receiver())
+    receiver = serve(OtlpSink())
     environ = {
         "OTEL_EXPORTER_OTLP_COMPRESSION": "none",
         "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": compression.upper(),
@@ -150,7 +74,7 @@ def test_compression_and_headers_come_from_opentelemetrys_variables(
 
 
 def test_general_variables_apply_when_no_traces_variable_is_set(serve: Any) -> None:
-    receiver = serve(_Receiver())
+    receiver = serve(OtlpSink())
     environ = {"OTEL_EXPORTER_OTLP_HEADERS": "x-general=1", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}
     OtlpHttpSender.from_environment(receiver.url, timeout_s=5, environ=environ).send(b"x")
     (request,) = receiver.requests
@@ -158,7 +82,7 @@ def test_general_variables_apply_when_no_traces_variable_is_set(serve: Any) -> N
 
 
 def test_an_error_answer_is_quoted(serve: Any) -> None:
-    receiver = serve(_Receiver(status=503))
+    receiver = serve(OtlpSink(status=503))
     sender = OtlpHttpSender(receiver.url, timeout_s=5)
     with pytest.raises(OtlpSendError, match=r"answered 503 .*backend says no"):
         sender.send(b"x")
@@ -168,7 +92,7 @@ def test_an_error_answer_is_quoted(serve: Any) -> None:
 
 
 def test_no_listener_is_a_send_error() -> None:
-    receiver = _Receiver()
+    receiver = OtlpSink()
     url = receiver.url
     receiver.server_close()  # the port is free again: nothing listens there
     with pytest.raises(OtlpSendError, match="ConnectionRefusedError"):
@@ -177,7 +101,7 @@ def test_no_listener_is_a_send_error() -> None:
 
 def test_an_endpoint_that_never_answers_times_out(serve: Any) -> None:
     release = threading.Event()
-    receiver = serve(_Receiver(hang=release))
+    receiver = serve(OtlpSink(hang=release))
     sender = OtlpHttpSender(receiver.url, timeout_s=0.3)
     started = time.monotonic()
     try:
@@ -234,8 +158,8 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def _tls_receiver(cert: Path, key: Path) -> _Receiver:
-    receiver = _Receiver()
+def _tls_receiver(cert: Path, key: Path) -> OtlpSink:
+    receiver = OtlpSink()
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     receiver.socket = context.wrap_socket(receiver.socket, server_side=True)
@@ -275,7 +199,7 @@ def _two_spans() -> list[Any]:
 
 
 def test_the_transport_sends_what_the_hub_would_with_the_variables_applied(serve: Any) -> None:
-    receiver = serve(_Receiver())
+    receiver = serve(OtlpSink())
     server_url = receiver.url.removesuffix("/v1/traces")
     environ = {"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-team=rl", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}
     transport = OtlpTransport(
@@ -300,7 +224,7 @@ def test_the_transport_sends_what_the_hub_would_with_the_variables_applied(serve
 
 
 def test_a_refused_batch_reports_why_and_waits_for_the_backoff(serve: Any) -> None:
-    receiver = serve(_Receiver(status=503))
+    receiver = serve(OtlpSink(status=503))
     transport = OtlpTransport(receiver.url.removesuffix("/v1/traces"), environ={})
     assert transport.available()
     spans = _two_spans()

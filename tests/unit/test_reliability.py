@@ -8,7 +8,6 @@ is in exactly one bucket (``balance(...) == 0``).
 
 from __future__ import annotations
 
-import http.server
 import json
 import logging
 import os
@@ -31,7 +30,7 @@ from verl_otel_bridge.accounting import balance
 from verl_otel_bridge.exporters.redacting import REDACTED
 
 from .fake_rl_insight import install_broken_rl_insight, usable_rl_insight
-from .helpers import WAIT_S, assert_balanced, finished, identity_of, wait_until
+from .helpers import WAIT_S, OtlpSink, assert_balanced, finished, identity_of, wait_until
 
 #: RL-Insight through ``trace_span``, the path the faults are injected into.
 HUB = {"exporter": "rl_insight", "rl_insight_transport": "hub"}
@@ -474,38 +473,9 @@ def test_redacted_attributes_never_reach_any_exporter(
     assert len(fake.calls) == 4 and secret not in repr(fake.calls)
 
 
-class _OtlpSink(http.server.ThreadingHTTPServer):
-    """A local OTLP/HTTP endpoint that answers 200 and remembers the request headers."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        self.headers_seen: list[dict[str, str]] = []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(handler) -> None:
-                handler.rfile.read(int(handler.headers.get("Content-Length", 0)))
-                self.headers_seen.append({k.lower(): v for k, v in handler.headers.items()})
-                handler.send_response(200)
-                handler.send_header("Content-Length", "0")
-                handler.end_headers()
-
-            def log_message(handler, *args: Any) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
-
-
 @pytest.fixture
-def otlp_sink() -> Iterator[_OtlpSink]:
-    sink = _OtlpSink()
-    thread = threading.Thread(target=sink.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield sink
-    sink.shutdown()
-    sink.server_close()
-    thread.join(timeout=5)
+def otlp_sink(serve: Callable[[Any], OtlpSink]) -> OtlpSink:
+    return serve(OtlpSink())
 
 
 SECRET = "s3cret"
@@ -524,7 +494,7 @@ def _assert_no_secret(bridge: Bridge, logs: pytest.LogCaptureFixture) -> None:
 
 
 def test_credentials_stay_out_of_status_reprs_and_logs(
-    monkeypatch: pytest.MonkeyPatch, logs: pytest.LogCaptureFixture, otlp_sink: _OtlpSink
+    monkeypatch: pytest.MonkeyPatch, logs: pytest.LogCaptureFixture, otlp_sink: OtlpSink
 ) -> None:
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer {SECRET}")
@@ -537,7 +507,7 @@ def test_credentials_stay_out_of_status_reprs_and_logs(
     _assert_no_secret(bridge, logs)  # ...but is never shown
     vob.shutdown(timeout_s=WAIT_S)  # the shutdown summary too
     _assert_no_secret(bridge, logs)
-    assert otlp_sink.headers_seen and otlp_sink.headers_seen[0]["authorization"] == f"Bearer {SECRET}"
+    assert otlp_sink.requests and otlp_sink.requests[0]["headers"]["authorization"] == f"Bearer {SECRET}"
     counters = bridge.status()["counters"]
     assert balance(counters) == 0 and counters["exported"] == {"otlp": 4}, counters
 
@@ -592,7 +562,7 @@ def _listening_socket_inodes() -> set[str]:
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
 def test_the_bridge_opens_no_listening_socket(
-    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], otlp_sink: _OtlpSink, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], otlp_sink: OtlpSink, tmp_path: Path
 ) -> None:
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
     before = _listening_socket_inodes()
@@ -610,7 +580,7 @@ def test_the_bridge_opens_no_listening_socket(
         session_of(bridge, 3)
         assert bridge.force_flush(WAIT_S)
         assert_balanced(bridge)
-    assert fake.calls and otlp_sink.headers_seen
+    assert fake.calls and otlp_sink.requests
     assert _listening_socket_inodes() == before
 
 
