@@ -25,10 +25,11 @@ unit: $(READY)
 integration: $(READY)
 	$(BIN)/nox -s integration
 
-lint: $(READY)  ## ruff (lint + format check) and mypy --strict
+lint: $(READY)  ## ruff (lint + format check), mypy --strict, and the import contracts (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 
 docs: $(READY)  ## the documentation site, built strictly into site/
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

@@ -7,7 +7,7 @@ The code lives in ``verl_otel_bridge/demo.py`` so that the installed command
 the local in-memory fallback, printed as a span tree with ``status()``.
 """
 
-from verl_otel_bridge.demo import main
+from verl_otel_bridge.cli.demo import main
 
 if __name__ == "__main__":
     main()

@@ -11,8 +11,7 @@ Quick start::
     print(vob.status())
 """
 
-__version__ = "0.1.0"
-
+from verl_otel_bridge._version import __version__
 from verl_otel_bridge.bridge import Bridge
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.current import (

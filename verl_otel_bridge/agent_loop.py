@@ -12,31 +12,43 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from opentelemetry.trace import Span
 
-from verl_otel_bridge.attributes import _to_json, to_text
+from verl_otel_bridge.attributes import AttributeValue, _to_json, to_text
 from verl_otel_bridge.identity import current_identity
-from verl_otel_bridge.session import TRACE_SOURCE_ATTRIBUTE
-
-if TYPE_CHECKING:
-    from verl_otel_bridge.bridge import Bridge
+from verl_otel_bridge.protocol import (
+    GEN_AI_AGENT_NAME,
+    GEN_AI_CONVERSATION_ID,
+    GEN_AI_OPERATION,
+    GEN_AI_TWINS,
+    TASK_NAME,
+    TASK_SPAN_NAME,
+    TRACE_SOURCE,
+    TURN,
+    TURN_OPERATIONS,
+    TURN_SPAN_NAME,
+    TURN_TYPE,
+)
 
 logger = logging.getLogger("verl_otel_bridge.agent_loop")
 
-TASK_SPAN_NAME = "agent_task"
-TURN_SPAN_NAME = "agent_turn"
-
-GEN_AI_OPERATION = "gen_ai.operation.name"
-GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
-GEN_AI_AGENT_NAME = "gen_ai.agent.name"
-
-#: ``turn(type=...)`` -> ``gen_ai.operation.name``; other types are passed through.
-TURN_OPERATIONS = {"generate": "chat", "tool": "execute_tool"}
-
 
 Clean = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+class SpanSource(Protocol):
+    """What tasks and turns need from the bridge that makes them."""
+
+    def span(self, name: str, **attributes: Any) -> Any:
+        """A context manager around one span, yielding it."""
+
+    def clean_attributes(self, attributes: Mapping[Any, Any]) -> dict[str, AttributeValue]:
+        """``attributes`` converted to what OpenTelemetry accepts."""
+
+    def note_bad_value(self, key: str, message: str, *args: object) -> None:
+        """Count a value that had to be converted, and log ``message`` once per ``key``."""
 
 
 class _Handle:
@@ -106,29 +118,27 @@ class TurnHandle(_Handle):
                 tool_args = _to_json(tool_args)
             except Exception:  # noqa: BLE001 - e.g. a cycle; the caller must not see it
                 tool_args = to_text(tool_args)
-        values = {
+        values: dict[str, Any] = {
             "finish_reason": finish_reason,
-            "gen_ai.response.finish_reasons": (finish_reason,) if finish_reason is not None else None,
             "prompt_tokens": prompt_tokens,
-            "gen_ai.usage.input_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
-            "gen_ai.usage.output_tokens": completion_tokens,
             "tools": tool_names,
-            "gen_ai.tool.name": tool_names,
             "tool_args": tool_args,
-            "gen_ai.tool.call.arguments": tool_args,
             "content": content,
             "reasoning": reasoning,
         }
+        for key, twin in GEN_AI_TWINS.items():
+            value = values[key]
+            values[twin] = (value,) if key == "finish_reason" and value is not None else value
         self._set(values)
 
 
 @contextmanager
-def task_span(bridge: Bridge, name: str, attributes: Mapping[str, Any]) -> Iterator[TaskHandle]:
+def task_span(bridge: SpanSource, name: str, attributes: Mapping[str, Any]) -> Iterator[TaskHandle]:
     """An ``agent_task`` span; an exception sets ``status="error"`` and ``error``, then propagates."""
     base = {
-        TRACE_SOURCE_ATTRIBUTE: "task",
-        "task_name": to_text(name),
+        TRACE_SOURCE: "task",
+        TASK_NAME: to_text(name),
         GEN_AI_OPERATION: "invoke_agent",
         GEN_AI_AGENT_NAME: to_text(name),
         **_conversation(),
@@ -143,11 +153,11 @@ def task_span(bridge: Bridge, name: str, attributes: Mapping[str, Any]) -> Itera
 
 
 @contextmanager
-def turn_span(bridge: Bridge, turn: Any, turn_type: str, attributes: Mapping[str, Any]) -> Iterator[TurnHandle]:
+def turn_span(bridge: SpanSource, turn: Any, turn_type: str, attributes: Mapping[str, Any]) -> Iterator[TurnHandle]:
     """An ``agent_turn`` span with an integer ``turn`` (the dashboard compares it as a number)."""
     base = {
-        "turn": _turn_number(bridge, turn),
-        "type": turn_type,
+        TURN: _turn_number(bridge, turn),
+        TURN_TYPE: turn_type,
         GEN_AI_OPERATION: TURN_OPERATIONS.get(turn_type, turn_type),
         **_conversation(),
     }
@@ -162,14 +172,11 @@ def _conversation() -> dict[str, str]:
     return {GEN_AI_CONVERSATION_ID: identity.session_id}
 
 
-def _turn_number(bridge: Bridge, turn: Any) -> Any:
+def _turn_number(bridge: SpanSource, turn: Any) -> Any:
     try:
         return int(turn)
     except Exception:  # noqa: BLE001 - whatever int() raises, the caller must not see it
-        bridge.counts.add("converted")
-        bridge._once.log(
-            "turn:not-int", logging.WARNING, "turn=%r is not an integer; the dashboard will not show this turn", turn
-        )
+        bridge.note_bad_value("turn:not-int", "turn=%r is not an integer; the dashboard will not show this turn", turn)
         return to_text(turn)
 
 

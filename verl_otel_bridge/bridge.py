@@ -12,7 +12,7 @@ import multiprocessing
 import multiprocessing.util
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.resources import Resource
@@ -28,18 +28,22 @@ from opentelemetry.trace import (
     use_span,
 )
 
-from verl_otel_bridge import __version__
+from verl_otel_bridge._version import __version__
 from verl_otel_bridge.accounting import SpanCounts, balance
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
 from verl_otel_bridge.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.export.pipeline import Pipeline, build_pipeline
+from verl_otel_bridge.export.processors import ExportSpanProcessor, IdentitySpanProcessor
+from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.identity import SessionIdentity, current_identity, using_identity
 from verl_otel_bridge.logs import OnceLogger
-from verl_otel_bridge.pipeline import Pipeline, build_pipeline
-from verl_otel_bridge.processors import ExportSpanProcessor, IdentitySpanProcessor
-from verl_otel_bridge.rl_insight_compat import Probe
-from verl_otel_bridge.session import SESSION_SPAN_NAME, Session, session_start_attributes
+from verl_otel_bridge.protocol import SESSION_SPAN_NAME
+from verl_otel_bridge.session import Session, session_start_attributes
+
+if TYPE_CHECKING:
+    from verl_otel_bridge.rl_insight.compat import Probe
 
 logger = logging.getLogger("verl_otel_bridge")
 
@@ -390,15 +394,12 @@ class Bridge:
             ("rl_insight_version", "rl_insight_installed", "rl_insight_transport", "otlp_endpoint", "otlp_error")
         )
         if self._pipeline is None:
-            route.update(
-                exporter="none",
-                reason="disabled",
-                detail="tracing is disabled (enabled=false or OTEL_SDK_DISABLED=true)",
-            )
+            route.update(exporter="none", reason="disabled", detail=Route.of(self.config).why)
         elif self._pipeline.rl_insight is not None:
             route.update(self._pipeline.rl_insight.status())
         else:
-            route.update(self._pipeline.route)
+            local = self._pipeline.route
+            route.update(exporter=local.local, reason="configured", detail=local.why)
         route.pop("counters", None)
         queue = self._processor.queue if self._processor is not None else None
         return {
@@ -422,6 +423,11 @@ class Bridge:
         if identity is None:
             return clean
         return {**clean, **identity.attributes} if clean else identity.attributes
+
+    def note_bad_value(self, key: str, message: str, *args: object) -> None:
+        """Count a value that had to be converted (``converted``), and log ``message`` once per ``key``."""
+        self.counts.add("converted")
+        self._once.log(key, logging.WARNING, message, *args)
 
     def _note_conversion(self, kind: str, key: str) -> None:
         self.counts.add("converted")

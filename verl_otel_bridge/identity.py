@@ -19,23 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_otel_bridge.attributes import AttributeValue, to_attribute_value, to_text
+from verl_otel_bridge.protocol import DEFAULT_EXPERIMENT_NAME, IDENTITY_KEYS
 
-#: Identity keys, in the order RL-Insight 0.3.0 builds them.
-IDENTITY_KEYS = (
-    "project",
-    "experiment_name",
-    "sample",
-    "session",
-    "traj",
-    "state_lane_id",
-    "uid",
-    "global_steps",
-    "session_id",
-)
-
-#: ``experiment_name`` when neither the caller nor the config names one
-#: (verl's ``RolloutTraceConfig`` uses the same default).
-DEFAULT_EXPERIMENT_NAME = "default"
+__all__ = ["IDENTITY_KEYS", "SessionIdentity", "current_identity", "state_lane_id", "using_identity"]
 
 _current: ContextVar[SessionIdentity | None] = ContextVar("verl_otel_bridge_identity", default=None)
 

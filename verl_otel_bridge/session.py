@@ -6,34 +6,38 @@ import json
 import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from opentelemetry.trace import Span
 
+from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
 from verl_otel_bridge.attributes import to_text
 from verl_otel_bridge.identity import SessionIdentity
-
-if TYPE_CHECKING:
-    from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
-    from verl_otel_bridge.bridge import Bridge
+from verl_otel_bridge.protocol import (
+    GEN_AI_CONVERSATION_ID,
+    GEN_AI_OPERATION,
+    TRACE_SOURCE,
+    TRAJECTORIES,
+    TRAJECTORY_FIELDS,
+)
 
 logger = logging.getLogger("verl_otel_bridge.session")
-
-#: Marks spans for RL-Insight's dashboard: ``session`` for sessions.
-TRACE_SOURCE_ATTRIBUTE = "monitor.trace_source"
-SESSION_SPAN_NAME = "agent_session"
-#: Per-trajectory summaries (``chain_id``, ``reward_score``, ``num_turns``) as a JSON
-#: list, so RL-Insight's trajectory gauges can be published from the exported span.
-TRAJECTORIES_ATTRIBUTE = "monitor.trajectories"
-_TRAJECTORY_FIELDS = ("chain_id", "reward_score", "num_turns")
 
 
 def session_start_attributes(identity: SessionIdentity) -> dict[str, Any]:
     """What an ``agent_session`` span carries from its start (besides the identity)."""
-    attributes: dict[str, Any] = {TRACE_SOURCE_ATTRIBUTE: "session", "gen_ai.operation.name": "invoke_agent"}
+    attributes: dict[str, Any] = {TRACE_SOURCE: "session", GEN_AI_OPERATION: "invoke_agent"}
     if identity.session_id:
-        attributes["gen_ai.conversation.id"] = identity.session_id
+        attributes[GEN_AI_CONVERSATION_ID] = identity.session_id
     return attributes
+
+
+class _Steps(Protocol):
+    """What a session needs from the bridge that made it."""
+
+    def task(self, name: str, **attributes: Any) -> AbstractContextManager[TaskHandle]: ...
+
+    def turn(self, turn: int, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]: ...
 
 
 class Session:
@@ -44,7 +48,7 @@ class Session:
         span: the OpenTelemetry ``agent_session`` span.
     """
 
-    def __init__(self, identity: SessionIdentity, span: Span, bridge: Bridge) -> None:
+    def __init__(self, identity: SessionIdentity, span: Span, bridge: _Steps) -> None:
         self.identity = identity
         self.span = span
         self.status: str | None = None
@@ -102,7 +106,7 @@ class Session:
             "finished": bool(finished) if finished is not None else "",
         }
         if self.trajectories:
-            attributes[TRAJECTORIES_ATTRIBUTE] = _trajectory_summaries(self.trajectories)
+            attributes[TRAJECTORIES] = _trajectory_summaries(self.trajectories)
         self.span.set_attributes(attributes)
 
 
@@ -110,7 +114,7 @@ def _trajectory_summaries(trajectories: Sequence[Any]) -> str:
     summaries = []
     for trajectory in trajectories:
         summary = {}
-        for name in _TRAJECTORY_FIELDS:
+        for name in TRAJECTORY_FIELDS:
             value = trajectory.get(name) if isinstance(trajectory, dict) else getattr(trajectory, name, None)
             if isinstance(value, (int, float, str)) and not isinstance(value, bool):
                 summary[name] = value

@@ -20,8 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from verl_otel_bridge.bridge import Bridge
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.current import set_bridge
-from verl_otel_bridge.identity import IDENTITY_KEYS
-from verl_otel_bridge.session import SESSION_SPAN_NAME
+from verl_otel_bridge.protocol import IDENTITY_KEYS, SESSION_SPAN_NAME
 from verl_otel_bridge.tree import render_tree
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge.protocol import IDENTITY_KEYS
 from verl_otel_bridge.records import span_to_record
 
 _SHOWN_IDENTITY = ("sample", "session", "traj", "global_steps", "uid")

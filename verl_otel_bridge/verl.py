@@ -24,11 +24,11 @@ from typing import Any, ClassVar
 
 from packaging.version import Version
 
-from verl_otel_bridge import rl_insight_compat
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.current import configure, get_bridge
 from verl_otel_bridge.logs import OnceLogger
-from verl_otel_bridge.rl_insight_compat import Probe
+from verl_otel_bridge.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge.rl_insight.compat import Probe
 from verl_otel_bridge.session import Session
 
 logger = logging.getLogger("verl_otel_bridge.verl")

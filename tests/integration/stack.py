@@ -980,7 +980,7 @@ INIT_SPY_PREAMBLE = """
 import json, sys, threading, warnings
 import ray, rl_insight, rl_insight.api
 import verl_otel_bridge as vob
-from verl_otel_bridge import rl_insight_compat
+from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 
 caught = []
 warnings.simplefilter("always")

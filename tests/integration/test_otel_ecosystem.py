@@ -226,7 +226,7 @@ def test_otel_traces_exporter_rl_insight_forwards_plain_tracer_spans(
         rl_insight_hub.receiver.wait_for(4, ARRIVAL_S, where=mine)
         done = child.finish(timeout_s=60)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert result["exporters"] == ["verl_otel_bridge.exporters.rl_insight.RLInsightSpanExporter"]
+    assert result["exporters"] == ["verl_otel_bridge.rl_insight.exporter.RLInsightSpanExporter"]
     status = result["status"]
     assert status["reason"] == "ok" and status["exporter"] == "rl_insight", status
     assert status["rl_insight_transport"] == ("hub" if transport == "hub" else "otlp"), status

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import verl_otel_bridge as vob
-from verl_otel_bridge import Bridge, BridgeConfig, rl_insight_compat
+from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 
 from .fake_rl_insight import hide_rl_insight
 

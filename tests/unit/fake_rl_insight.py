@@ -3,7 +3,7 @@
 FOR UNIT TESTS OF EDGE CASES ONLY: the real releases are exercised by
 ``tests/integration``. Everything here is installed through pytest's
 ``monkeypatch`` (``sys.modules``, ``sys.meta_path`` and
-``rl_insight_compat._installed_version``), so it is undone after each test.
+``rl_insight_compat.installed_version``), so it is undone after each test.
 
 What each fake has, mirroring the released wheels:
 
@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from verl_otel_bridge import rl_insight_compat
+from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 
 _RELEASE = object()  # "use what the release has"
 RELEASES = ("0.1.0", "0.2.0", "0.3.0")
@@ -244,14 +244,14 @@ def install_rl_insight(
             module.__version__ = version  # type: ignore[attr-defined]
     if trace_span is not _RELEASE:
         module.trace_span = trace_span  # type: ignore[attr-defined]
-    set_installed_version(monkeypatch, release if installed is _RELEASE else installed)
+    setinstalled_version(monkeypatch, release if installed is _RELEASE else installed)
     monkeypatch.setitem(sys.modules, "rl_insight", module)
     return fake
 
 
-def set_installed_version(monkeypatch: pytest.MonkeyPatch, version: str | None) -> None:
+def setinstalled_version(monkeypatch: pytest.MonkeyPatch, version: str | None) -> None:
     """Control what ``importlib.metadata`` would say is installed."""
-    monkeypatch.setattr(rl_insight_compat, "_installed_version", lambda: version)
+    monkeypatch.setattr(rl_insight_compat, "installed_version", lambda: version)
 
 
 def hide_rl_insight(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,7 +260,7 @@ def hide_rl_insight(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "rl_insight", None)
     monkeypatch.setitem(sys.modules, "ray", None)
-    set_installed_version(monkeypatch, None)
+    setinstalled_version(monkeypatch, None)
 
 
 class _RaisingImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -283,7 +283,7 @@ def install_broken_rl_insight(
     """Make ``import rl_insight`` raise ``exc`` (a broken install: missing dependency, bad binary...)."""
     monkeypatch.delitem(sys.modules, "rl_insight", raising=False)
     monkeypatch.setattr(sys, "meta_path", [_RaisingImport(exc), *sys.meta_path])
-    set_installed_version(monkeypatch, installed)
+    setinstalled_version(monkeypatch, installed)
 
 
 def usable_rl_insight(monkeypatch: pytest.MonkeyPatch, release_version: str = "0.3.0") -> FakeRLInsight:

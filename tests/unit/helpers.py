@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge import Bridge
 from verl_otel_bridge.accounting import balance
-from verl_otel_bridge.exporters.rl_insight_otlp import SERVICES_PATH
 from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge.rl_insight.otlp import SERVICES_PATH
 
 #: Upper bound for any wait on another thread; never reached when things work.
 WAIT_S = 10.0

@@ -22,7 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import verl_otel_bridge as vob
-from verl_otel_bridge import Bridge, BridgeConfig, cli, doctor
+from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge.cli import app as cli
+from verl_otel_bridge.cli import doctor
 from verl_otel_bridge.config import ENV_PREFIX, _env_aliases
 from verl_otel_bridge.records import record_to_span, span_to_record
 

@@ -20,9 +20,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from verl_otel_bridge.exporters.rl_insight import forwarded_attributes
-from verl_otel_bridge.exporters.rl_insight_otlp import OtlpTransport
 from verl_otel_bridge.otlp_http import OtlpHttpSender, OtlpSendError, parse_headers
+from verl_otel_bridge.rl_insight.exporter import forwarded_attributes
+from verl_otel_bridge.rl_insight.otlp import OtlpTransport
 
 from .helpers import OtlpSink
 

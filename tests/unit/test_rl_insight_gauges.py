@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from verl_otel_bridge.accounting import SpanCounts
-from verl_otel_bridge.exporters.rl_insight_gauges import GaugePublisher
+from verl_otel_bridge.rl_insight.gauges import GaugePublisher
 
 from .helpers import wait_until
 

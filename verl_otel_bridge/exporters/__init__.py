@@ -6,14 +6,12 @@ from verl_otel_bridge.exporters.discard import DiscardSpanExporter
 from verl_otel_bridge.exporters.jsonl import JsonlSpanExporter
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.exporters.redacting import RedactingSpanExporter
-from verl_otel_bridge.exporters.rl_insight import RLInsightSpanExporter
 
 __all__ = [
     "BoundedMemorySpanExporter",
     "CountingSpanExporter",
     "DiscardSpanExporter",
     "JsonlSpanExporter",
-    "RLInsightSpanExporter",
     "RedactingSpanExporter",
     "console_exporter",
 ]

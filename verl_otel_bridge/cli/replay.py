@@ -14,11 +14,11 @@ from typing import IO, Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from verl_otel_bridge import rl_insight_compat
+from verl_otel_bridge._version import distribution_version
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.doctor import distribution_version
 from verl_otel_bridge.records import iter_lines, record_to_span
+from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 
 # -- replay ----------------------------------------------------------------------
 

@@ -27,6 +27,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from verl_otel_bridge._version import distribution_version
+
 logger = logging.getLogger("verl_otel_bridge.rl_insight")
 
 MODULE_NAME = "rl_insight"
@@ -74,7 +76,7 @@ STATIC_REASONS = frozenset(
 
 def probe_module(minimum_version: str) -> Probe:
     """Check what cannot change at runtime: import, version, ``trace_span``."""
-    installed = _installed_version()
+    installed = installed_version()
     try:
         module = importlib.import_module(MODULE_NAME)
     except ModuleNotFoundError as exc:
@@ -295,10 +297,6 @@ def init_calls() -> int:
     return _INIT.calls
 
 
-def _installed_version() -> str | None:
-    try:
-        return importlib.metadata.version(DISTRIBUTION_NAME)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001
-        return None
+def installed_version() -> str | None:
+    """The installed rl-insight distribution's version, from its metadata (nothing is imported)."""
+    return distribution_version(DISTRIBUTION_NAME)

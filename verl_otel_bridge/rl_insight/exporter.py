@@ -11,35 +11,28 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from verl_otel_bridge import rl_insight_compat
+from verl_otel_bridge import protocol
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.attributes import attributes_dict
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.exporters.named import named_exporter
 from verl_otel_bridge.exporters.redacting import RedactingSpanExporter
-from verl_otel_bridge.exporters.rl_insight_gauges import GaugePublisher
-from verl_otel_bridge.exporters.rl_insight_hub import HubTransport, rl_insight_state
-from verl_otel_bridge.exporters.rl_insight_otlp import DEFAULT_NAMESPACE, OtlpTransport
 from verl_otel_bridge.logs import OnceLogger, Reminder
-from verl_otel_bridge.rl_insight_compat import Probe
-from verl_otel_bridge.rl_insight_sessions import is_session_span, publish_session_gauges
+from verl_otel_bridge.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge.rl_insight.compat import Probe
+from verl_otel_bridge.rl_insight.gauges import GaugePublisher
+from verl_otel_bridge.rl_insight.hub import HubTransport, rl_insight_state
+from verl_otel_bridge.rl_insight.otlp import DEFAULT_NAMESPACE, OtlpTransport
+from verl_otel_bridge.rl_insight.sessions import is_session_span, publish_session_gauges
 
-logger = logging.getLogger("verl_otel_bridge.exporters.rl_insight")
-
-#: Attributes added to every forwarded span, since RL-Insight's ``trace_span``
-#: has no parameters for ids or status and re-creates each span as a root span.
-TRACE_ID_ATTRIBUTE = "otel.trace_id"
-SPAN_ID_ATTRIBUTE = "otel.span_id"
-PARENT_SPAN_ID_ATTRIBUTE = "otel.parent_span_id"
-STATUS_CODE_ATTRIBUTE = "otel.status_code"
-STATUS_DESCRIPTION_ATTRIBUTE = "otel.status_description"
+logger = logging.getLogger("verl_otel_bridge.rl_insight.exporter")
 
 
 class RLInsightSpanExporter(SpanExporter):
     """A ``SpanExporter`` that calls ``rl_insight.trace_span`` for each span.
 
     RL-Insight is used only when it is *usable* (see
-    :mod:`verl_otel_bridge.rl_insight_compat`): importable, ``__version__`` >=
+    :mod:`verl_otel_bridge.rl_insight.compat`): importable, ``__version__`` >=
     ``minimum_version``, ``trace_span`` callable, a server URL set and Ray
     initialised at export time. Then ``rl_insight.init`` runs once per process
     with the project and experiment name. Otherwise spans go to ``fallback``
@@ -50,14 +43,14 @@ class RLInsightSpanExporter(SpanExporter):
     traces: ``trace_span`` reports neither). Nothing here raises into the caller.
 
     ``transport`` picks how spans reach RL-Insight's trace store (see
-    :mod:`verl_otel_bridge.exporters.rl_insight_otlp`): ``hub`` calls
+    :mod:`verl_otel_bridge.rl_insight.otlp`): ``hub`` calls
     ``rl_insight.trace_span`` per span; ``otlp`` sends batches straight to the
     endpoint RL-Insight's server advertises, as the hub would, keeping real
     parent/child ids; ``auto`` (default) uses ``otlp`` when the endpoint is
     discovered and ``hub`` otherwise. A failed OTLP export goes through the hub.
 
     ``agent_session`` spans made by the bridge's sessions also publish RL-Insight's
-    agent-loop dashboard gauges (see :mod:`verl_otel_bridge.rl_insight_sessions`);
+    agent-loop dashboard gauges (see :mod:`verl_otel_bridge.rl_insight.sessions`);
     RL-Insight still receives exactly one ``agent_session`` span per session,
     with the session's real start and end.
 
@@ -326,12 +319,12 @@ def forwarded_attributes(span: ReadableSpan) -> dict[str, Any]:
     attributes = attributes_dict(span.attributes)
     context = span.get_span_context()
     if context is not None:
-        attributes[TRACE_ID_ATTRIBUTE] = format(context.trace_id, "032x")
-        attributes[SPAN_ID_ATTRIBUTE] = format(context.span_id, "016x")
-    attributes[PARENT_SPAN_ID_ATTRIBUTE] = format(span.parent.span_id, "016x") if span.parent is not None else ""
-    attributes[STATUS_CODE_ATTRIBUTE] = span.status.status_code.name
+        attributes[protocol.TRACE_ID] = format(context.trace_id, "032x")
+        attributes[protocol.SPAN_ID] = format(context.span_id, "016x")
+    attributes[protocol.PARENT_SPAN_ID] = format(span.parent.span_id, "016x") if span.parent is not None else ""
+    attributes[protocol.STATUS_CODE] = span.status.status_code.name
     if span.status.description:
-        attributes[STATUS_DESCRIPTION_ATTRIBUTE] = span.status.description
+        attributes[protocol.STATUS_DESCRIPTION] = span.status.description
     for event in span.events:
         if event.name == "exception" and event.attributes:
             for key in ("exception.type", "exception.message"):

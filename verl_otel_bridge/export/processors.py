@@ -11,10 +11,10 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from verl_otel_bridge.accounting import SpanCounts
-from verl_otel_bridge.export_queue import ExportQueue, QueueSettings
+from verl_otel_bridge.export.queue import ExportQueue, QueueSettings
 from verl_otel_bridge.identity import SessionIdentity, current_identity
 
-logger = logging.getLogger("verl_otel_bridge.processors")
+logger = logging.getLogger("verl_otel_bridge.export.processors")
 
 
 def stamped(span: Span, identity: SessionIdentity) -> bool:

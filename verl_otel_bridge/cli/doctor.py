@@ -19,9 +19,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from verl_otel_bridge import __version__, rl_insight_compat
+from verl_otel_bridge._version import __version__, distribution_version
 from verl_otel_bridge.config import BridgeConfig, value_sources
-from verl_otel_bridge.exporters.rl_insight_otlp import TRACES_PATH, fetch_services, trace_endpoint
+from verl_otel_bridge.export.route import Route
+from verl_otel_bridge.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge.rl_insight.otlp import TRACES_PATH, fetch_services, trace_endpoint
 
 #: How long ``doctor`` waits for the RL-Insight server.
 SERVER_TIMEOUT_S = 2.0
@@ -117,16 +119,6 @@ def _scrub(value: Any, secrets: set[str]) -> Any:
 
 
 # -- doctor ----------------------------------------------------------------------
-
-
-def distribution_version(name: str) -> str | None:
-    """The installed version of distribution ``name`` from package metadata (nothing is imported)."""
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001 - broken metadata is "unknown", not a crash
-        return None
 
 
 def _has_module(name: str) -> bool:
@@ -265,7 +257,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         "opentelemetry-api": distribution_version("opentelemetry-api"),
         "opentelemetry-sdk": distribution_version("opentelemetry-sdk"),
         "opentelemetry-exporter-otlp-proto-http": distribution_version("opentelemetry-exporter-otlp-proto-http"),
-        "rl-insight": static.installed or rl_insight_compat._installed_version(),  # the probe's metadata lookup
+        "rl-insight": static.installed or rl_insight_compat.installed_version(),  # the probe's metadata lookup
         "rl_insight.__version__": static.version,
         "ray": ray_version,
     }
@@ -283,12 +275,10 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         report["server"] = check_server(server_url, timeout_s)
     server = report["server"]
 
-    primary, *copies = config.exporters
-    wants = primary == "rl_insight" or (primary == "auto" and config.rl_insight_enable is not False)
-    explicit = primary == "rl_insight" or config.rl_insight_enable is True
+    planned = Route.of(config)
     route: dict[str, Any] = {
-        "exporter": list(config.exporters) if copies else primary,
-        "rl_insight_wanted": ("explicitly" if explicit else "if usable") if wants else "no",
+        "exporter": list(config.exporters) if planned.copies else planned.primary,
+        "rl_insight_wanted": ("explicitly" if planned.explicit else "if usable") if planned.wants_rl_insight else "no",
         "preferred": None,
         "destination": None,
         "reason": None,
@@ -305,12 +295,12 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
             preferred="none",
             destination="none",
             reason="disabled",
-            detail="tracing is disabled (enabled=false or OTEL_SDK_DISABLED=true): every span API is a no-op",
+            detail=planned.why,
         )
         report["ok"] = True
         return _scrub_report(report, secrets)
 
-    if wants:
+    if planned.wants_rl_insight:
         probe = rl_insight_compat.check_runtime(static, server_url)
         # This process never ran ray.init(); the training job does (verl's trainer and
         # workers). Ray being installed is what can be checked from here. The Ray check
@@ -327,13 +317,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
                 if probe.usable
                 else "not installed"
             )
-        why = (
-            "exporter=rl_insight"
-            if primary == "rl_insight"
-            else "exporter=auto with rl_insight_enable=true"
-            if explicit
-            else "exporter=auto (RL-Insight when usable, else the fallback)"
-        )
+        why = planned.why
         route.update(preferred="rl_insight", reason=probe.reason)
         if probe.usable:
             route["destination"] = "rl_insight"
@@ -348,27 +332,16 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
             problems.append(f"RL-Insight is not usable ({probe.reason}): {probe.detail}")
             if probe.reason in _HINTS:
                 hints.append(_HINTS[probe.reason])
-        local = config.fallback
     else:
-        local = config.fallback if primary == "auto" else primary
-        route.update(
-            preferred=local,
-            destination=local,
-            reason="configured",
-            detail=(
-                f"exporter=auto with rl_insight_enable=false (VERL_RL_INSIGHT_ENABLE=0), so the fallback {local!r}"
-                if primary == "auto"
-                else f"exporter={local!r} configured"
-            ),
-        )
-    for index, name in enumerate([local, *copies]):
+        route.update(preferred=planned.local, destination=planned.local, reason="configured", detail=planned.why)
+    for index, name in enumerate(planned.names):
         check = _local_check(name, config, env)
         if index == 0:
             route["local"] = check  # the fallback when RL-Insight is wanted, else the exporter itself
         else:
             route["copies"].append(check)
         if not check["ok"]:
-            role = "copy" if index else ("fallback" if wants else "exporter")
+            role = "copy" if index else ("fallback" if planned.wants_rl_insight else "exporter")
             problems.append(f"{role} {name!r} cannot be used: {check['detail']}")
     report["ok"] = route["destination"] == route["preferred"] and not problems
     return _scrub_report(report, secrets)

@@ -20,7 +20,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from verl_otel_bridge.session import SESSION_SPAN_NAME, TRACE_SOURCE_ATTRIBUTE, TRAJECTORIES_ATTRIBUTE
+from verl_otel_bridge.protocol import SESSION_SPAN_NAME, TRACE_SOURCE, TRAJECTORIES
 
 PUBLISHER_NAME = "_publish_agent_loop_session"
 
@@ -28,7 +28,7 @@ PUBLISHER_NAME = "_publish_agent_loop_session"
 def is_session_span(span: ReadableSpan) -> bool:
     """An ``agent_session`` span made by the bridge's session API."""
     attributes = span.attributes or {}
-    return span.name == SESSION_SPAN_NAME and attributes.get(TRACE_SOURCE_ATTRIBUTE) == "session"
+    return span.name == SESSION_SPAN_NAME and attributes.get(TRACE_SOURCE) == "session"
 
 
 def publish_session_gauges(module: ModuleType, span: ReadableSpan) -> None:
@@ -48,7 +48,7 @@ def publish_session_gauges(module: ModuleType, span: ReadableSpan) -> None:
         experiment_name=attributes.get("experiment_name", ""),
         sample=attributes.get("sample", ""),
         session=attributes.get("session", ""),
-        trajectories=_trajectories(attributes.get(TRAJECTORIES_ATTRIBUTE)),
+        trajectories=_trajectories(attributes.get(TRAJECTORIES)),
         global_steps=None if global_steps == "" else global_steps,
         start_time_ns=span.start_time,
         end_time_ns=span.end_time,

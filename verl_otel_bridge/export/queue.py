@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from verl_otel_bridge.accounting import HotCounter
 from verl_otel_bridge.forks import reinit_after_fork
 
-logger = logging.getLogger("verl_otel_bridge.export_queue")
+logger = logging.getLogger("verl_otel_bridge.export.queue")
 
 ExportBatch = Callable[[list[ReadableSpan]], None]
 

@@ -35,7 +35,7 @@ from verl_otel_bridge.config import without_userinfo
 from verl_otel_bridge.otlp_encoding import SpanEncoder
 from verl_otel_bridge.otlp_http import OtlpHttpSender, OtlpSendError
 
-logger = logging.getLogger("verl_otel_bridge.exporters.rl_insight_otlp")
+logger = logging.getLogger("verl_otel_bridge.rl_insight.otlp")
 
 #: RL-Insight's default namespace: the hub's resource ``service.name``.
 DEFAULT_NAMESPACE = "rl_insight_monitor"

@@ -22,7 +22,7 @@ from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.logs import OnceLogger
 
-logger = logging.getLogger("verl_otel_bridge.exporters.rl_insight_gauges")
+logger = logging.getLogger("verl_otel_bridge.rl_insight.gauges")
 
 #: Sessions whose gauges may wait at once; more are dropped (counted, logged once).
 DEFAULT_MAX_PENDING = 10_000

@@ -6,7 +6,7 @@
     whether the RL-Insight server answers. Exit code 0 when spans would reach
     the preferred exporter, 1 otherwise; ``--json`` for scripts.
 ``demo``
-    The simulated, traced agent loop of :mod:`verl_otel_bridge.demo`.
+    The simulated, traced agent loop of :mod:`verl_otel_bridge.cli.demo`.
 ``show FILE.jsonl``
     The span tree of a JSON Lines capture (``exporter: jsonl``).
 ``replay FILE.jsonl --to rl_insight|otlp|console``
@@ -14,9 +14,9 @@
 
 The command line needs the ``cli`` extra (``click`` and ``rich``). They are
 imported only inside :func:`main` and :func:`build_cli`, so the functions that
-do the work (:func:`verl_otel_bridge.doctor.diagnose`,
+do the work (:func:`verl_otel_bridge.cli.doctor.diagnose`,
 :func:`verl_otel_bridge.records.read_records`,
-:func:`verl_otel_bridge.replay.replay_records`) are usable without them.
+:func:`verl_otel_bridge.cli.replay.replay_records`) are usable without them.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from verl_otel_bridge import __version__
+from verl_otel_bridge._version import __version__
 from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.cli.doctor import SERVER_TIMEOUT_S, diagnose
+from verl_otel_bridge.cli.replay import _start_ray_for, replay_records
 from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.doctor import SERVER_TIMEOUT_S, diagnose
 from verl_otel_bridge.records import read_records
-from verl_otel_bridge.replay import _start_ray_for, replay_records
 
 if TYPE_CHECKING:
     import click
@@ -115,7 +115,7 @@ def build_cli() -> click.Group:
     @cli.command(short_help="Run the simulated, traced agent loop.")
     def demo() -> None:
         """Run the simulated, traced multi-turn agent loop (the same as ``make demo``)."""
-        from verl_otel_bridge.demo import main as demo_main
+        from verl_otel_bridge.cli.demo import main as demo_main
 
         demo_main()
 
@@ -163,7 +163,7 @@ def build_cli() -> click.Group:
 
         from verl_otel_bridge.exporters.counting import CountingSpanExporter
         from verl_otel_bridge.exporters.named import named_exporter
-        from verl_otel_bridge.exporters.rl_insight import RLInsightSpanExporter
+        from verl_otel_bridge.rl_insight.exporter import RLInsightSpanExporter
 
         console = err()
         try:

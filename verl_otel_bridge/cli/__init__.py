@@ -1,0 +1,5 @@
+"""The ``verl-otel-bridge`` command: ``doctor``, ``demo``, ``show``, ``replay``."""
+
+from verl_otel_bridge.cli.app import main
+
+__all__ = ["main"]

@@ -1,0 +1,82 @@
+"""Every span name and attribute key the bridge writes: the agent-loop span protocol.
+
+A leaf module (it imports nothing from the package), so the API side that writes
+these names and the export side that reads them share one declaration.
+``docs/protocol.md`` documents each; ``tests/unit/test_protocol.py`` checks the two agree.
+"""
+
+from __future__ import annotations
+
+# -- span names ------------------------------------------------------------------
+
+SESSION_SPAN_NAME = "agent_session"
+TASK_SPAN_NAME = "agent_task"
+TURN_SPAN_NAME = "agent_turn"
+
+# -- the session identity: the keys RL-Insight's Agent Loop dashboard groups spans by ---
+
+#: Identity keys, in the order RL-Insight 0.3.0 builds them.
+IDENTITY_KEYS = (
+    "project",
+    "experiment_name",
+    "sample",
+    "session",
+    "traj",
+    "state_lane_id",
+    "uid",
+    "global_steps",
+    "session_id",
+)
+#: ``experiment_name`` when neither the caller nor the config names one
+#: (verl's ``RolloutTraceConfig`` uses the same default).
+DEFAULT_EXPERIMENT_NAME = "default"
+
+# -- RL-Insight's dashboard keys -------------------------------------------------------
+
+#: Marks spans for RL-Insight's dashboard: ``session`` for sessions, ``task`` for tasks.
+TRACE_SOURCE = "monitor.trace_source"
+#: Per-trajectory summaries (``chain_id``, ``reward_score``, ``num_turns``) as a JSON
+#: list, so RL-Insight's trajectory gauges can be published from the exported span.
+TRAJECTORIES = "monitor.trajectories"
+TRAJECTORY_FIELDS = ("chain_id", "reward_score", "num_turns")
+#: What ``Session.finish`` sets on the session span (the dashboard's Session summary).
+SESSION_RESULT_KEYS = ("runner_name", "status", "num_trajectories", "reward_source", "finished")
+#: What ``TaskHandle.set_result`` sets (the dashboard's Task summary).
+TASK_NAME = "task_name"
+TASK_RESULT_KEYS = ("status", "reward", "accuracy", "finished", "error", "reward_posted")
+#: What a turn carries: an integer ``turn`` and its ``type`` (the dashboard's Turn details).
+TURN = "turn"
+TURN_TYPE = "type"
+TURN_RECORD_KEYS = (
+    "finish_reason",
+    "prompt_tokens",
+    "completion_tokens",
+    "tools",
+    "tool_args",
+    "content",
+    "reasoning",
+)
+
+# -- OpenTelemetry GenAI semantic conventions -------------------------------------------
+
+GEN_AI_OPERATION = "gen_ai.operation.name"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+#: ``turn(type=...)`` -> ``gen_ai.operation.name``; other types are passed through.
+TURN_OPERATIONS = {"generate": "chat", "tool": "execute_tool"}
+#: Each dashboard turn field and its GenAI twin (``finish_reason`` becomes a one-item list).
+GEN_AI_TWINS = {
+    "finish_reason": "gen_ai.response.finish_reasons",
+    "prompt_tokens": "gen_ai.usage.input_tokens",
+    "completion_tokens": "gen_ai.usage.output_tokens",
+    "tools": "gen_ai.tool.name",
+    "tool_args": "gen_ai.tool.call.arguments",
+}
+
+# -- what the hub path adds: RL-Insight's ``trace_span`` has no ids or status ------------
+
+TRACE_ID = "otel.trace_id"
+SPAN_ID = "otel.span_id"
+PARENT_SPAN_ID = "otel.parent_span_id"
+STATUS_CODE = "otel.status_code"
+STATUS_DESCRIPTION = "otel.status_description"
