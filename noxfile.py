@@ -4,19 +4,24 @@ One integration case alone: ``nox -s "integration(0.3.0)"`` or ``nox -t rl-insig
 (cases: none, 0.1.0, 0.2.0, 0.3.0). ``nox -l`` lists the sessions. Arguments after
 ``--`` go to pytest, e.g. ``nox -s "integration(0.3.0)" -- -k trace_span``.
 
-Environment reuse: environments live in ``.nox/`` and are kept between runs
-(``reuse_venv = "yes"``). Nox itself would still rerun every install command on a
-kept environment (several seconds, more for an editable build), and would not
-notice changed inputs, so each environment stores a hash of its inputs (this
+Environment reuse: environments are built once per machine and kept outside the
+checkout, in ``$VERL_OTEL_BRIDGE_NOX_DIR`` (default ``~/.cache/verl-otel-bridge/nox``),
+so a fresh clone (CI) reuses them: verl's alone is about 6 GB. Nox itself would
+still rerun every install command on a kept environment and would not notice
+changed inputs, so each environment stores a hash of its inputs (this
 interpreter's version, ``pyproject.toml``, the session's requirement list) and
-installs only when that hash changed. The package is installed editable, so
-source edits need no reinstall. A dependency removed from ``pyproject.toml`` is
-not uninstalled from a kept environment: rebuild with ``nox --reuse-venv=never``.
+installs only when that hash changed. The package is installed editable; when an
+environment was last pointed at another checkout, only the package is reinstalled
+(a few seconds). A session holds a lock on its environment, so two checkouts
+running the same session take turns. A dependency removed from ``pyproject.toml``
+is not uninstalled from a kept environment: rebuild with ``nox --reuse-venv=never``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import sys
 from pathlib import Path
 
@@ -28,6 +33,9 @@ nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["unit", "integration"]
 
 ROOT = Path(__file__).resolve().parent
+nox.options.envdir = os.environ.get(
+    "VERL_OTEL_BRIDGE_NOX_DIR", str(Path.home() / ".cache" / "verl-otel-bridge" / "nox")
+)
 RL_INSIGHT_CASES = ("none", "0.1.0", "0.2.0", "0.3.0")
 CASE_ENV = "RL_INSIGHT_TEST_CASE"
 # Tests send traffic to 127.0.0.1 only: Ray must not pick an external address
@@ -41,24 +49,35 @@ LOOPBACK_ENV = {
 
 
 def install_once(session: nox.Session, *requirements: str) -> None:
-    """``pip install requirements`` unless this environment already has these exact inputs."""
+    """``pip install -e ROOT[extras] requirements`` unless this environment already has these exact inputs.
+
+    ``requirements`` start with the package's own ``-e .[extras]``; the rest are pinned
+    extras such as ``rl-insight==0.3.0``. Holds the environment's lock until the
+    session ends (see the module docstring).
+    """
+    location = Path(session.virtualenv.location)  # type: ignore[attr-defined]
+    lock = (location.parent / f"{location.name}.lock").open("w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the process ends
     digest = hashlib.sha256()
     for part in (sys.version, (ROOT / "pyproject.toml").read_text(), *requirements):
-        digest.update(part.encode() + b"\0")
-    location = getattr(session.virtualenv, "location", None)
-    stamp = Path(location) / ".inputs.sha256" if location else None
-    if stamp is not None and stamp.is_file() and stamp.read_text() == digest.hexdigest():
-        session.log("environment inputs unchanged: skipping install")
-        return
-    session.install(*requirements)
-    if stamp is not None:
+        digest.update(part.replace(str(ROOT), ".").encode() + b"\0")  # the same inputs in any checkout
+    stamp, root_stamp = location / ".inputs.sha256", location / ".root"
+    if stamp.is_file() and stamp.read_text() == digest.hexdigest():
+        if root_stamp.is_file() and root_stamp.read_text() == str(ROOT):
+            session.log("environment inputs unchanged: skipping install")
+            return
+        session.log(f"environment last used by another checkout: reinstalling the package from {ROOT}")
+        session.install("--no-deps", *requirements[:2])
+    else:
+        session.install(*requirements)
         stamp.write_text(digest.hexdigest())
+    root_stamp.write_text(str(ROOT))
 
 
 @nox.session(tags=["unit"])
 def unit(session: nox.Session) -> None:
     """Unit tests: the package with its ``test`` extra, no RL-Insight."""
-    install_once(session, "-e", ".[test]")
+    install_once(session, "-e", f"{ROOT}[test]")
     session.run("python", "-m", "pytest", "tests/unit", *session.posargs)
 
 
@@ -69,7 +88,7 @@ def unit(session: nox.Session) -> None:
 )
 def integration(session: nox.Session, rl_insight: str) -> None:
     """Integration tests against one released rl-insight (or none installed)."""
-    requirements = ["-e", ".[test]", "opentelemetry-proto"]
+    requirements = ["-e", f"{ROOT}[test]", "opentelemetry-proto"]
     if rl_insight != "none":
         requirements.append(f"rl-insight=={rl_insight}")
     install_once(session, *requirements)
@@ -87,5 +106,5 @@ def integration(session: nox.Session, rl_insight: str) -> None:
 @nox.session(tags=["bench"])
 def bench(session: nox.Session) -> None:
     """bench/run.py: writes bench/results.json, docs/performance.md and docs/performance.png."""
-    install_once(session, "-e", ".[bench]")
+    install_once(session, "-e", f"{ROOT}[bench]")
     session.run("python", "bench/run.py", *session.posargs, env=LOOPBACK_ENV)

@@ -17,13 +17,14 @@ import dataclasses
 import difflib
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import unquote
 
 from packaging.version import InvalidVersion, Version
+
+from verl_otel_bridge.secrets import masked
 
 ENV_PREFIX = "VERL_OTEL_BRIDGE_"
 
@@ -129,8 +130,8 @@ class BridgeConfig:
         _validate(self)
 
     def __repr__(self) -> str:
-        # Like the dataclass repr, without passwords in URLs (``http://user:password@host``).
-        shown = ", ".join(f"{f.name}={without_userinfo(getattr(self, f.name))!r}" for f in fields(self))
+        # Like the dataclass repr, with secrets masked (URL passwords, tokens in rl_insight_config).
+        shown = ", ".join(f"{f.name}={masked(f.name, getattr(self, f.name))!r}" for f in fields(self))
         return f"BridgeConfig({shown})"
 
     @property
@@ -218,18 +219,6 @@ class BridgeConfig:
     def to_dict(self) -> dict[str, Any]:
         """A plain dict of every key (for logs, ``status()`` and ``doctor``)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-_URL_USERINFO = re.compile(r"(?<=//)[^/?#\s]*@")
-
-
-def without_userinfo(value: Any) -> Any:
-    """``value`` for display: ``user:password@`` in any URL in it (also inside mappings) becomes ``***@``."""
-    if isinstance(value, str):
-        return _URL_USERINFO.sub("***@", value)
-    if isinstance(value, Mapping):
-        return {key: without_userinfo(item) for key, item in value.items()}
-    return value
 
 
 def resolve_leniently(environ: Mapping[str, str] | None = None) -> tuple[BridgeConfig, list[str]]:

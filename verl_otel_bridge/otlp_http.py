@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Mapping
 from urllib.parse import unquote, urlparse
 
-from verl_otel_bridge.config import without_userinfo
+from verl_otel_bridge.secrets import mask_url
 
 logger = logging.getLogger("verl_otel_bridge.otlp_http")
 
@@ -54,7 +54,7 @@ def parse_headers(text: str) -> dict[str, str]:
         key, sep, value = entry.partition("=")
         key = unquote(key).strip()
         if not sep or not key:
-            logger.warning("OTLP header entry %r is not key=value; left out", without_userinfo(entry.strip()))
+            logger.warning("OTLP header entry %r is not key=value; left out", mask_url(entry.strip()))
             continue
         headers[key] = unquote(value).strip()
     return headers
@@ -89,7 +89,7 @@ class OtlpHttpSender:
     ) -> None:
         parsed = urlparse(endpoint)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValueError(f"OTLP endpoint {without_userinfo(endpoint)!r} is not an http(s) URL with a host")
+            raise ValueError(f"OTLP endpoint {mask_url(endpoint)!r} is not an http(s) URL with a host")
         if compression not in COMPRESSIONS:
             raise ValueError(f"OTLP compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
         self.endpoint = endpoint

@@ -27,6 +27,7 @@ from verl_otel_bridge.cli import app as cli
 from verl_otel_bridge.cli import doctor
 from verl_otel_bridge.config import ENV_PREFIX, _env_aliases
 from verl_otel_bridge.records import record_to_span, span_to_record
+from verl_otel_bridge.secrets import mask_url, masked
 
 from .fake_rl_insight import install_ray, install_rl_insight
 
@@ -222,13 +223,13 @@ def test_doctor_hides_secrets_even_when_the_configuration_is_broken(monkeypatch:
 
 
 def test_masking_rules() -> None:
-    assert doctor.mask_url("see http://u:p@host:1/x and https://tok@h") == "see http://***@host:1/x and https://***@h"
-    assert doctor.masked("rl_insight_config", {"Server": {"X-Api-Token": "a", "url": "http://a:b@c"}, "n": 1}) == {
+    assert mask_url("see http://u:p@host:1/x and https://tok@h") == "see http://***@host:1/x and https://***@h"
+    assert masked("rl_insight_config", {"Server": {"X-Api-Token": "a", "url": "http://a:b@c"}, "n": 1}) == {
         "Server": {"X-Api-Token": "***", "url": "http://***@c"},
         "n": 1,
     }
-    assert doctor.masked("otel_headers", ["a", "b"]) == "***"
-    assert doctor.masked("project", None) is None
+    assert masked("otel_headers", ["a", "b"]) == "***"
+    assert masked("project", None) is None
 
 
 # -- show --------------------------------------------------------------------------

@@ -14,7 +14,6 @@ import importlib.util
 import json
 import os
 import platform
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,62 +23,10 @@ from verl_otel_bridge.config import BridgeConfig, value_sources
 from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.rl_insight.otlp import TRACES_PATH, fetch_services, trace_endpoint
+from verl_otel_bridge.secrets import Scrubber, mask_url, masked, secrets_in
 
 #: How long ``doctor`` waits for the RL-Insight server.
 SERVER_TIMEOUT_S = 2.0
-
-#: Keys whose values are never shown (case-insensitive substring match).
-SECRET_KEY_PARTS = ("header", "token", "secret", "password")
-MASK = "***"
-#: Shorter secrets are masked where they appear as values, but not searched for in other text.
-_MIN_SCRUBBED = 4
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@\s]+)@")
-
-
-# -- secrets -------------------------------------------------------------------
-
-
-def is_secret_key(key: object) -> bool:
-    """True for keys whose values must not be shown (``*header*``, ``*token*``, ``*secret*``, ``*password*``)."""
-    lowered = str(key).lower()
-    return any(part in lowered for part in SECRET_KEY_PARTS)
-
-
-def mask_url(text: str) -> str:
-    """``text`` with the user information of every URL in it (``user:password@``) replaced by ``***@``."""
-    return _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
-
-
-def masked(key: object, value: Any) -> Any:
-    """``value`` safe to show under ``key``: secret keys masked at any depth, URL user information removed."""
-    if is_secret_key(key) and value not in (None, "", (), [], {}):
-        return MASK
-    if isinstance(value, Mapping):
-        return {str(k): masked(k, v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [masked(key, v) for v in value]
-    if isinstance(value, str):
-        return mask_url(value)
-    return value
-
-
-def _secrets_in(value: Any, key: object = "", *, hidden: bool = False) -> set[str]:
-    """Every string in ``value`` that :func:`masked` would hide, to scrub it from any other text."""
-    hidden = hidden or is_secret_key(key)
-    found: set[str] = set()
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            found |= _secrets_in(v, k, hidden=hidden)
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            found |= _secrets_in(v, key, hidden=hidden)
-    elif isinstance(value, str):
-        if hidden:
-            found.add(value)
-        for match in _USERINFO.finditer(value):
-            userinfo = match.group("userinfo")
-            found.update((userinfo, userinfo.partition(":")[2]))
-    return {secret for secret in found if len(secret) >= _MIN_SCRUBBED}
 
 
 def _environment_secrets(environ: Mapping[str, str]) -> set[str]:
@@ -88,34 +35,13 @@ def _environment_secrets(environ: Mapping[str, str]) -> set[str]:
     for name, raw in environ.items():
         if not (name.startswith(("VERL_OTEL_BRIDGE_", "OTEL_")) or name == rl_insight_compat.SERVER_URL_ENV):
             continue
-        found |= _secrets_in(raw, name)
+        found |= secrets_in(raw, name)
         if name.endswith("RL_INSIGHT_CONFIG"):
             try:
-                found |= _secrets_in(json.loads(raw))
+                found |= secrets_in(json.loads(raw))
             except ValueError:
-                if len(raw) >= _MIN_SCRUBBED:
-                    found.add(raw)  # unreadable JSON may hold anything: never echo it
+                found.add(raw)  # unreadable JSON may hold anything: never echo it
     return found
-
-
-def _scrub_report(report: dict[str, Any], secrets: set[str]) -> dict[str, Any]:
-    """``report`` with every secret string replaced by ``***``."""
-    return {key: _scrub(value, secrets) for key, value in report.items()}
-
-
-def _scrub(value: Any, secrets: set[str]) -> Any:
-    """``value`` with every secret string replaced by ``***`` in every string it holds."""
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        for secret in sorted(secrets, key=len, reverse=True):
-            value = value.replace(secret, MASK)
-        return value
-    if isinstance(value, Mapping):
-        return {k: _scrub(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v, secrets) for v in value]
-    return value
 
 
 # -- doctor ----------------------------------------------------------------------
@@ -262,10 +188,10 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         "ray": ray_version,
     }
     if config is None:
-        return _scrub_report(report, _environment_secrets(env))
+        return Scrubber(_environment_secrets(env))(report)  # type: ignore[no-any-return]
 
     values = config.to_dict()
-    secrets = _secrets_in(values)
+    scrub = Scrubber.of(values)
     report["config"] = {
         "error": None,
         "values": {key: {"value": masked(key, value), "source": sources[key]} for key, value in values.items()},
@@ -298,7 +224,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
             detail=planned.why,
         )
         report["ok"] = True
-        return _scrub_report(report, secrets)
+        return scrub(report)  # type: ignore[no-any-return]
 
     if planned.wants_rl_insight:
         probe = rl_insight_compat.check_runtime(static, server_url)
@@ -344,7 +270,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
             role = "copy" if index else ("fallback" if planned.wants_rl_insight else "exporter")
             problems.append(f"{role} {name!r} cannot be used: {check['detail']}")
     report["ok"] = route["destination"] == route["preferred"] and not problems
-    return _scrub_report(report, secrets)
+    return scrub(report)  # type: ignore[no-any-return]
 
 
 def _transport(config: BridgeConfig, server: dict[str, Any] | None) -> str:

@@ -31,9 +31,9 @@ from urllib.parse import unquote, urlparse
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan
 
-from verl_otel_bridge.config import without_userinfo
 from verl_otel_bridge.otlp_encoding import SpanEncoder
 from verl_otel_bridge.otlp_http import OtlpHttpSender, OtlpSendError
+from verl_otel_bridge.secrets import Scrubber
 
 logger = logging.getLogger("verl_otel_bridge.rl_insight.otlp")
 
@@ -99,15 +99,6 @@ def discover_trace_endpoint(server_url: str, timeout_s: float) -> str | None:
     """
     port = fetch_services(server_url, timeout_s).get("otlp_port")
     return trace_endpoint(server_url, port) if port else None
-
-
-def _without_credentials(text: str, url: str) -> str:
-    """``text`` without ``url``'s ``user:password`` (nor the password alone, which some errors quote)."""
-    userinfo = url.partition("//")[2].split("/", 1)[0].rpartition("@")[0]
-    for secret in (userinfo, userinfo.partition(":")[2]):
-        if secret:
-            text = text.replace(secret, "***")
-    return str(without_userinfo(text))
 
 
 class _Backoff:
@@ -222,8 +213,8 @@ class OtlpTransport:
             )
         except Exception as exc:  # noqa: BLE001 - OSError, ValueError, http.client.InvalidURL...
             self._discovery.failed()
-            self.last_error = _without_credentials(
-                f"discovery at {self.server_url}{SERVICES_PATH} failed: {exc}", self.server_url
+            self.last_error = Scrubber.of(self.server_url)(
+                f"discovery at {self.server_url}{SERVICES_PATH} failed: {exc}"
             )
             logger.info("%s; retrying in %.0f s, spans use the hub meanwhile", self.last_error, self._discovery.delay_s)
             return
