@@ -37,12 +37,14 @@ from verl_otel_bridge.export.pipeline import Pipeline, build_pipeline
 from verl_otel_bridge.export.processors import ExportSpanProcessor, IdentitySpanProcessor
 from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
-from verl_otel_bridge.identity import SessionIdentity, current_identity, using_identity
+from verl_otel_bridge.identity import IdentityFields, SessionIdentity, current_identity, using_identity
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.protocol import SESSION_SPAN_NAME
 from verl_otel_bridge.session import Session, session_start_attributes
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from verl_otel_bridge.rl_insight.compat import Probe
 
 logger = logging.getLogger("verl_otel_bridge")
@@ -152,19 +154,7 @@ class Bridge:
         return self._provider is not None
 
     @contextmanager
-    def session(
-        self,
-        *,
-        sample: Any,
-        session: Any,
-        traj: Any = 0,
-        uid: Any = None,
-        global_steps: Any = None,
-        session_id: Any = None,
-        project: Any = None,
-        experiment_name: Any = None,
-        state_lane_id: str | None = None,
-    ) -> Iterator[Session]:
+    def session(self, *, state_lane_id: str | None = None, **identity: Unpack[IdentityFields]) -> Iterator[Session]:
         """Run the block as one agent-loop session (an ``agent_session`` span).
 
         Every span started inside, at any depth and in asyncio tasks created
@@ -178,27 +168,18 @@ class Bridge:
         ``bridge.session(**identity.to_dict())`` works: ``state_lane_id`` is
         accepted and checked (a mismatch is logged; the keys win).
         """
-        current = self.start_session(
-            sample=sample,
-            session=session,
-            traj=traj,
-            uid=uid,
-            global_steps=global_steps,
-            session_id=session_id,
-            project=project,
-            experiment_name=experiment_name,
-        )
-        identity, span = current.identity, current.span
-        if state_lane_id is not None and state_lane_id != identity.state_lane_id:
+        current = self.start_session(**identity)
+        span = current.span
+        if state_lane_id is not None and state_lane_id != current.identity.state_lane_id:
             self._once.log(
                 "state_lane_id",
                 logging.WARNING,
                 "session(state_lane_id=%r) does not match its keys; using %r",
                 state_lane_id,
-                identity.state_lane_id,
+                current.identity.state_lane_id,
             )
         with (
-            using_identity(identity),
+            using_identity(current.identity),
             use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False),
         ):
             try:
@@ -213,18 +194,7 @@ class Bridge:
             if not current.finished:
                 current.finish(status="success")
 
-    def start_session(
-        self,
-        *,
-        sample: Any,
-        session: Any,
-        traj: Any = 0,
-        uid: Any = None,
-        global_steps: Any = None,
-        session_id: Any = None,
-        project: Any = None,
-        experiment_name: Any = None,
-    ) -> Session:
+    def start_session(self, **fields: Unpack[IdentityFields]) -> Session:
         """Start a session without making it current: its ``agent_session`` span starts now and
         ends when the caller calls ``session.span.end()``.
 
@@ -232,16 +202,11 @@ class Bridge:
         :mod:`verl_otel_bridge.verl`); :meth:`session` is the usual way. ``project``
         and ``experiment_name`` default to the config's.
         """
-        identity = SessionIdentity.create(
-            sample=sample,
-            session=session,
-            traj=traj,
-            uid=uid,
-            global_steps=global_steps,
-            session_id=session_id,
-            project=self.config.project if project is None else project,
-            experiment_name=self.config.experiment_name if experiment_name is None else experiment_name,
-        )
+        if fields.get("project") is None:
+            fields["project"] = self.config.project
+        if fields.get("experiment_name") is None:
+            fields["experiment_name"] = self.config.experiment_name
+        identity = SessionIdentity.create(**fields)
         with using_identity(identity):  # so no enclosing session's identity is stamped over it
             span = self.tracer.start_span(
                 SESSION_SPAN_NAME, attributes={**identity.attributes, **session_start_attributes(identity)}

@@ -6,15 +6,18 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from opentelemetry.sdk.trace import TracerProvider
 
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
 from verl_otel_bridge.bridge import Bridge, traced_by
 from verl_otel_bridge.config import BridgeConfig, resolve_leniently
-from verl_otel_bridge.identity import SessionIdentity
+from verl_otel_bridge.identity import IdentityFields, SessionIdentity
 from verl_otel_bridge.session import Session
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 logger = logging.getLogger("verl_otel_bridge")
 
@@ -111,9 +114,9 @@ def _from_environment() -> Bridge:
         return Bridge(BridgeConfig())
 
 
-def session(**identity: Any) -> AbstractContextManager[Session]:
+def session(*, state_lane_id: str | None = None, **identity: Unpack[IdentityFields]) -> AbstractContextManager[Session]:
     """``get_bridge().session(...)``: see :meth:`Bridge.session`."""
-    return get_bridge().session(**identity)
+    return get_bridge().session(state_lane_id=state_lane_id, **identity)
 
 
 def span(name: str, **attributes: Any) -> Any:

@@ -16,12 +16,47 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from verl_otel_bridge.attributes import AttributeValue, to_attribute_value, to_text
 from verl_otel_bridge.protocol import DEFAULT_EXPERIMENT_NAME, IDENTITY_KEYS
 
-__all__ = ["IDENTITY_KEYS", "SessionIdentity", "current_identity", "state_lane_id", "using_identity"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = [
+    "IDENTITY_KEYS",
+    "IdentityFields",
+    "SessionIdentity",
+    "current_identity",
+    "state_lane_id",
+    "using_identity",
+]
+
+
+class _RequiredFields(TypedDict):
+    sample: Any
+    session: Any
+
+
+class IdentityFields(_RequiredFields, total=False):
+    """The keywords that name a session, declared once for every API that takes them.
+
+    ``sample`` and ``session`` are required; ``traj`` defaults to 0, ``project`` and
+    ``experiment_name`` to the bridge config's, the rest to None. Coercions: see
+    :meth:`SessionIdentity.create`.
+    """
+
+    traj: Any
+    uid: Any
+    global_steps: Any
+    session_id: Any
+    project: Any
+    experiment_name: Any
+
+
+#: Every keyword :class:`IdentityFields` declares.
+FIELD_NAMES = frozenset(IdentityFields.__annotations__)
 
 _current: ContextVar[SessionIdentity | None] = ContextVar("verl_otel_bridge_identity", default=None)
 
@@ -54,27 +89,24 @@ class SessionIdentity:
     attributes: Mapping[str, AttributeValue] = field(compare=False, repr=False, hash=False)
 
     @classmethod
-    def create(
-        cls,
-        *,
-        sample: Any,
-        session: Any,
-        traj: Any = 0,
-        uid: Any = None,
-        global_steps: Any = None,
-        session_id: Any = None,
-        project: Any = None,
-        experiment_name: Any = None,
-    ) -> SessionIdentity:
-        """Apply RL-Insight 0.3.0's coercions.
+    def create(cls, **fields: Unpack[IdentityFields]) -> SessionIdentity:
+        """Apply RL-Insight 0.3.0's coercions to :class:`IdentityFields`.
 
         ``project``, ``uid`` and ``session_id`` become ``""`` when None;
         ``experiment_name``, ``sample``, ``session`` and ``traj`` become strings;
         ``global_steps`` is kept as given (``""`` when None) because the
         dashboard compares it as a number.
+
+        Raises:
+            TypeError: a keyword :class:`IdentityFields` does not declare, or no
+                ``sample``/``session`` (as a call with a wrong keyword would).
         """
+        check_fields(fields)
+        experiment_name, project = fields.get("experiment_name"), fields.get("project")
+        uid, global_steps, session_id = fields.get("uid"), fields.get("global_steps"), fields.get("session_id")
         experiment = DEFAULT_EXPERIMENT_NAME if experiment_name is None else to_text(experiment_name)
-        sample_s, session_s, traj_s = to_text(sample), to_text(session), to_text(traj)
+        sample_s, session_s = to_text(fields["sample"]), to_text(fields["session"])
+        traj_s = to_text(fields.get("traj", 0))
         values: dict[str, Any] = {
             "project": "" if project is None else to_text(project),
             "experiment_name": experiment,
@@ -122,6 +154,16 @@ class SessionIdentity:
     def to_dict(self) -> dict[str, Any]:
         """The identity as RL-Insight's ``agent_loop_session(...).identity`` dict."""
         return {key: getattr(self, key) for key in IDENTITY_KEYS}
+
+
+def check_fields(fields: Mapping[str, Any]) -> None:
+    """Raise ``TypeError`` as Python would for a call with keywords :class:`IdentityFields` lacks."""
+    unknown = sorted(set(fields) - FIELD_NAMES)
+    if unknown:
+        raise TypeError(f"unexpected session identity keyword {unknown[0]!r}; known: {', '.join(sorted(FIELD_NAMES))}")
+    missing = [name for name in ("sample", "session") if name not in fields]
+    if missing:
+        raise TypeError(f"missing required session identity keyword {missing[0]!r}")
 
 
 def current_identity() -> SessionIdentity | None:
