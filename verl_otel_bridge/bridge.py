@@ -10,13 +10,16 @@ import logging
 import math
 import multiprocessing
 import multiprocessing.util
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Tracer as SdkTracer
+from opentelemetry.sdk.util.instrumentation import InstrumentationInfo, InstrumentationScope
 from opentelemetry.trace import (
     INVALID_SPAN,
     NoOpTracer,
@@ -75,7 +78,7 @@ class _SpanScope:
     """``tracer.start_as_current_span(name, attributes=...)`` as one small class.
 
     The SDK's version nests two generator-based context managers
-    (``start_as_current_span`` and ``use_span``), about 3 µs per span; this does
+    (``start_as_current_span`` and ``use_span``); this does
     the same in two plain method calls: start the span and make it current on
     enter; on exit detach, record an ``Exception`` with status ERROR, and end.
     """
@@ -132,13 +135,9 @@ class Bridge:
             self._provider = provider or TracerProvider(
                 resource=Resource.create({"service.name": self.config.service_name}), shutdown_on_exit=False
             )
-            if provider is None and getattr(self._provider, "_disabled", False):
-                # The SDK reads OTEL_SDK_DISABLED by itself; the config already did (and
-                # enabled=True or environ={} overrides it), so the bridge's own provider obeys the config.
-                self._provider._disabled = False
             self._provider.add_span_processor(self._identity_processor)
             self._provider.add_span_processor(self._processor)
-            self.tracer: Tracer = self._provider.get_tracer("verl_otel_bridge", __version__)
+            self.tracer: Tracer = _own_tracer(self._provider, (self._identity_processor, self._processor))
         else:
             self.tracer = NoOpTracer()
         atexit.register(self._at_exit)
@@ -438,6 +437,34 @@ class Bridge:
             counters["invalid"],
             balance(counters),
         )
+
+
+def _own_tracer(provider: TracerProvider, processors: tuple[SpanProcessor, ...]) -> Tracer:
+    """The bridge's tracer on ``provider``, also when ``OTEL_SDK_DISABLED`` made it hand out no-op tracers.
+
+    The SDK reads that variable by itself; the config already did, and ``enabled=True``
+    (or ``environ={}``) overrode it. Then the tracer the provider would have made is
+    built from its public parts, over the bridge's processors (which the provider also
+    holds, so its flush and shutdown still reach them).
+    """
+    tracer = provider.get_tracer("verl_otel_bridge", __version__)
+    if not isinstance(tracer, NoOpTracer):
+        return tracer
+    chain = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
+    for processor in processors:
+        chain.add_span_processor(processor)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the constructor still wants an InstrumentationInfo
+        info = InstrumentationInfo("verl_otel_bridge", __version__)
+    return SdkTracer(
+        provider.sampler,
+        provider.resource,
+        chain,
+        provider.id_generator,
+        info,
+        SpanLimits(),
+        InstrumentationScope("verl_otel_bridge", __version__),
+    )
 
 
 def _shut_down_at_multiprocessing_exit(bridge: Bridge) -> None:
