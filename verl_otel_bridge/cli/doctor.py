@@ -196,7 +196,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         "error": None,
         "values": {key: {"value": masked(key, value), "source": sources[key]} for key, value in values.items()},
     }
-    server_url = config.rl_insight_server_url or rl_insight_compat.config_server_url(config.rl_insight_config)
+    server_url = rl_insight_compat.server_url(config.rl_insight_server_url, config.rl_insight_config)
     if server_url:
         report["server"] = check_server(server_url, timeout_s)
     server = report["server"]

@@ -96,7 +96,7 @@ def replay_records(
 def _start_ray_for(config: BridgeConfig, say: Callable[[str], None]) -> Any:
     """Start (or join, with ``RAY_ADDRESS``) Ray when RL-Insight is otherwise usable; the module, or None."""
     static = rl_insight_compat.probe_module(config.rl_insight_min_version)
-    url = config.rl_insight_server_url or rl_insight_compat.config_server_url(config.rl_insight_config)
+    url = rl_insight_compat.server_url(config.rl_insight_server_url, config.rl_insight_config)
     if not static.usable or not url:
         return None
     ray = sys.modules.get("ray")

@@ -64,6 +64,7 @@ def _primary(route: Route, config: BridgeConfig, counts: SpanCounts) -> Pipeline
         from verl_otel_bridge.rl_insight.exporter import RLInsightSpanExporter
 
         rl_insight = RLInsightSpanExporter(config=config, explicit=route.explicit, counts=counts)
+        rl_insight.start_probe()
         return Pipeline(rl_insight, _memory(rl_insight.fallback), rl_insight, _queue(config), route)
     local = named_exporter(route.local, config)
     queue = None if route.local in INLINE else _queue(config)

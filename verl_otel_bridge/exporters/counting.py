@@ -9,18 +9,19 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.exporters.base import WrappingSpanExporter
 
 logger = logging.getLogger("verl_otel_bridge.exporters")
 
 
-class CountingSpanExporter(SpanExporter):
+class CountingSpanExporter(WrappingSpanExporter):
     """Counts accepted spans under ``key`` and refused or raised ones under ``failed``.
 
     Never raises: an exception from the inner exporter becomes ``FAILURE``.
     """
 
     def __init__(self, inner: SpanExporter, counts: SpanCounts, key: str) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.counts = counts
         self.key = key
 
@@ -32,9 +33,3 @@ class CountingSpanExporter(SpanExporter):
             result = SpanExportResult.FAILURE
         self.counts.add(self.key if result is SpanExportResult.SUCCESS else "failed", len(spans))
         return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)

@@ -8,13 +8,31 @@ from typing import Any
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from verl_otel_bridge.exporters.base import WrappingSpanExporter
 from verl_otel_bridge.records import replace_span
 
 #: What a redacted value becomes.
 REDACTED = "[REDACTED]"
 
 
-class RedactingSpanExporter(SpanExporter):
+def redact(span: ReadableSpan, keys: frozenset[str]) -> ReadableSpan:
+    """``span``, or a copy of it whose span and event attributes under ``keys`` are ``[REDACTED]``."""
+    attributes = span.attributes or {}
+    events = span.events
+    if not keys.intersection(attributes) and not any(keys.intersection(e.attributes or {}) for e in events):
+        return span
+    return replace_span(
+        span,
+        attributes=_mask(attributes, keys),
+        events=[Event(e.name, _mask(e.attributes or {}, keys), e.timestamp) for e in events],
+    )
+
+
+def _mask(attributes: Mapping[str, Any], keys: frozenset[str]) -> dict[str, Any]:
+    return {key: REDACTED if key in keys else value for key, value in attributes.items()}
+
+
+class RedactingSpanExporter(WrappingSpanExporter):
     """Passes ``inner`` copies of the spans with the values of ``keys`` replaced by ``[REDACTED]``.
 
     Applies to span and event attributes. It sits at the top of the bridge's
@@ -23,31 +41,8 @@ class RedactingSpanExporter(SpanExporter):
     """
 
     def __init__(self, inner: SpanExporter, keys: Iterable[str]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.keys = frozenset(keys)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.inner.export([self.redact(span) for span in spans])
-
-    def redact(self, span: ReadableSpan) -> ReadableSpan:
-        """``span``, or a copy of it with the values of ``keys`` replaced."""
-        attributes = span.attributes or {}
-        events = span.events
-        if not self.keys.intersection(attributes) and not any(
-            self.keys.intersection(e.attributes or {}) for e in events
-        ):
-            return span
-        return replace_span(
-            span,
-            attributes=self._mask(attributes),
-            events=[Event(e.name, self._mask(e.attributes or {}), e.timestamp) for e in events],
-        )
-
-    def _mask(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
-        return {key: REDACTED if key in self.keys else value for key, value in attributes.items()}
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
+        return self.inner.export([redact(span, self.keys) for span in spans])

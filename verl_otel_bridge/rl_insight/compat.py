@@ -151,11 +151,16 @@ def _import_failed(exc: BaseException, installed: str | None, minimum_version: s
     return Probe(False, "import_failed", detail, installed=installed)
 
 
-def check_runtime(probe: Probe, server_url: str | None) -> Probe:
-    """Check the preconditions RL-Insight needs but does not report: server URL and Ray."""
+def server_url(url: str | None, init_config: Mapping[str, Any] | None) -> str | None:
+    """The RL-Insight server URL: ``url`` (the bridge's ``rl_insight_server_url``), else
+    ``init_config["server"]["url"]``, else ``RL_INSIGHT_SERVER_URL`` as it is now."""
+    return url or config_server_url(init_config) or os.environ.get(SERVER_URL_ENV, "").strip() or None
+
+
+def check_runtime(probe: Probe, url: str | None) -> Probe:
+    """Check the preconditions RL-Insight needs but does not report: server URL (from :func:`server_url`) and Ray."""
     if not probe.usable:
         return probe
-    url = server_url or os.environ.get(SERVER_URL_ENV, "").strip()
     if not url:
         return with_reason(probe, "no_server_url", f"{SERVER_URL_ENV} is not set, so RL-Insight would disable itself")
     ray = sys.modules.get("ray")

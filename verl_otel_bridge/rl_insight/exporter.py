@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,12 +15,13 @@ from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.attributes import attributes_dict
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.exporters.named import named_exporter
-from verl_otel_bridge.exporters.redacting import RedactingSpanExporter
-from verl_otel_bridge.logs import OnceLogger, Reminder
+from verl_otel_bridge.exporters.redacting import redact
+from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.rl_insight.compat import Probe
 from verl_otel_bridge.rl_insight.gauges import GaugePublisher
 from verl_otel_bridge.rl_insight.hub import HubTransport, rl_insight_state
+from verl_otel_bridge.rl_insight.notices import UnusableNotice
 from verl_otel_bridge.rl_insight.otlp import DEFAULT_NAMESPACE, OtlpTransport
 from verl_otel_bridge.rl_insight.sessions import is_session_span, publish_session_gauges
 
@@ -79,26 +79,22 @@ class RLInsightSpanExporter(SpanExporter):
         counts: SpanCounts | None = None,
     ) -> None:
         by_name = config is None  # e.g. OTEL_TRACES_EXPORTER=rl_insight: no bridge pipeline around it
-        config = config if config is not None else BridgeConfig.resolve()
-        self.fallback = fallback if fallback is not None else named_exporter(config.fallback, config)
-        self.fallback_name = config.fallback if fallback is None else type(fallback).__name__
-        self.minimum_version = minimum_version or config.rl_insight_min_version
-        self.project = config.project
-        self.experiment_name = config.experiment_name
-        self.init_config = config.rl_insight_config
-        self.server_url = config.rl_insight_server_url
-        self.transport = config.rl_insight_transport
+        self.config = config if config is not None else BridgeConfig.resolve()
+        self.fallback = fallback if fallback is not None else named_exporter(self.config.fallback, self.config)
+        self.fallback_name = self.config.fallback if fallback is None else type(fallback).__name__
+        self.minimum_version = minimum_version or self.config.rl_insight_min_version
         self.explicit = explicit
         self.counts = counts if counts is not None else SpanCounts()
         self._lock = threading.Lock()
         self._static: Probe | None = None
-        # Importing RL-Insight pulls in Ray (seconds): start now, off the export thread,
-        # so the first export does not stall while spans pile up in the queue.
-        threading.Thread(target=self._static_probe, name="verl-otel-bridge-probe", daemon=True).start()
         self._last: Probe | None = None
         self._once = OnceLogger(logger)
-        self._noted: set[str] = set()  # static reasons this exporter has already noted
-        self._reminder = Reminder(logger, config.reminder_interval_s)
+        self._notice = UnusableNotice(
+            logger,
+            explicit=explicit,
+            fallback_name=self.fallback_name,
+            reminder_interval_s=self.config.reminder_interval_s,
+        )
         self._otlp: OtlpTransport | None = None
         self._last_transport: str | None = None
         self._hub = HubTransport()
@@ -106,15 +102,20 @@ class RLInsightSpanExporter(SpanExporter):
             lambda item: self._publish_gauges(*item), self.counts
         )
         # The bridge's pipeline redacts before its exporters; built by name, this exporter does it itself.
-        self._redactor = (
-            RedactingSpanExporter(self.fallback, config.redact_attributes)
-            if by_name and config.redact_attributes
-            else None
-        )
+        self._redacted = frozenset(self.config.redact_attributes) if by_name else frozenset()
+
+    def start_probe(self) -> None:
+        """Start checking RL-Insight on a thread of its own.
+
+        Importing RL-Insight pulls in Ray (seconds): the bridge's pipeline calls this
+        when it builds the exporter, so the first export does not stall while spans
+        pile up in the queue. Without it the first export probes.
+        """
+        threading.Thread(target=self._static_probe, name="verl-otel-bridge-probe", daemon=True).start()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._redactor is not None:
-            spans = [self._redactor.redact(span) for span in spans]
+        if self._redacted:
+            spans = [redact(span, self._redacted) for span in spans]
         try:
             probe = self.probe(initialize=True)
         except Exception as exc:  # noqa: BLE001 - a probe bug must not lose spans
@@ -167,12 +168,12 @@ class RLInsightSpanExporter(SpanExporter):
         return self._to_fallback(spans[outcome.sent :])
 
     def _otlp_ready(self, module: Any = None) -> bool:
-        if self.transport == "hub":
+        if self.config.rl_insight_transport == "hub":
             return False
         if self._otlp is None:
-            section = (self.init_config or {}).get("server")
+            section = (self.config.rl_insight_config or {}).get("server")
             server: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
-            url = self.server_url or os.environ.get(rl_insight_compat.SERVER_URL_ENV, "") or server.get("url", "")
+            url = self._server_url() or ""
             # What the hub adds comes from RL-Insight's own init (which may not have been the bridge's).
             state = rl_insight_state(module)
             labels = getattr(state, "labels", None)
@@ -182,10 +183,10 @@ class RLInsightSpanExporter(SpanExporter):
                 namespace=str(namespace),
                 labels=dict(labels)
                 if isinstance(labels, Mapping)
-                else {"project": self.project, "experiment_name": self.experiment_name},
+                else {"project": self.config.project, "experiment_name": self.config.experiment_name},
             )
         ready = self._otlp.available()
-        if not ready and self.transport == "otlp":
+        if not ready and self.config.rl_insight_transport == "otlp":
             self._once.log(
                 "otlp-unavailable",
                 logging.WARNING,
@@ -221,20 +222,23 @@ class RLInsightSpanExporter(SpanExporter):
     def probe(self, *, initialize: bool = False) -> Probe:
         """Check RL-Insight now; with ``initialize``, also run ``rl_insight.init`` once if needed."""
         static = self._static_probe()
-        probe = rl_insight_compat.check_runtime(
-            static, self.server_url or rl_insight_compat.config_server_url(self.init_config)
-        )
+        probe = rl_insight_compat.check_runtime(static, self._server_url())
         if initialize and probe.usable:
             probe = rl_insight_compat.ensure_initialized(
                 probe,
-                project=self.project,
-                experiment_name=self.experiment_name,
-                config=rl_insight_compat.with_server_url(self.init_config, self.server_url),
+                project=self.config.project,
+                experiment_name=self.config.experiment_name,
+                config=rl_insight_compat.with_server_url(
+                    self.config.rl_insight_config, self.config.rl_insight_server_url
+                ),
             )
         self._last = probe
         if not probe.usable:
             self._note_unusable(probe)
         return probe
+
+    def _server_url(self) -> str | None:
+        return rl_insight_compat.server_url(self.config.rl_insight_server_url, self.config.rl_insight_config)
 
     def status(self) -> dict[str, Any]:
         """Where spans go and why, RL-Insight's version, and the counters."""
@@ -243,7 +247,7 @@ class RLInsightSpanExporter(SpanExporter):
         otlp = self._otlp
         return {
             "exporter": route,
-            "rl_insight_transport": self._last_transport or self.transport,
+            "rl_insight_transport": self._last_transport or self.config.rl_insight_transport,
             "otlp_endpoint": otlp.endpoint if otlp is not None else None,
             "otlp_error": otlp.last_error if otlp is not None else None,
             "reason": probe.reason,
@@ -278,29 +282,7 @@ class RLInsightSpanExporter(SpanExporter):
         return result
 
     def _note_unusable(self, probe: Probe) -> None:
-        level = logging.WARNING if self.explicit else logging.INFO
-        first_level: int | None = level
-        if probe.static:  # cannot change in this process: said once per process, not per bridge
-            key = (probe.reason, level, self.fallback_name)
-            claimed = rl_insight_compat.claim_reason(self._noted, probe.reason, key)
-            first_level = None if claimed is None else level if claimed else logging.DEBUG
-        first = first_level is not None and self._once.log(
-            probe.reason,
-            first_level,
-            "RL-Insight is not usable (%s): %s; spans go to the %s exporter instead",
-            probe.reason,
-            probe.detail,
-            self.fallback_name,
-        )
-        if self._reminder.due() and not first:
-            logger.log(
-                level,
-                "RL-Insight is still not usable (%s): %s; %d spans sent to the %s exporter so far",
-                probe.reason,
-                probe.detail,
-                self.counts.get("fallback"),
-                self.fallback_name,
-            )
+        self._notice.note(probe, self.counts.get("fallback"))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Wait (bounded) for the sessions' dashboard gauges still being published, then flush the fallback."""
