@@ -28,6 +28,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from verl_otel_bridge._version import distribution_version
+from verl_otel_bridge.rl_insight import private
 
 logger = logging.getLogger("verl_otel_bridge.rl_insight")
 
@@ -180,13 +181,6 @@ def with_reason(probe: Probe, reason: str, detail: str) -> Probe:
     return Probe(False, reason, f"{probe.detail}: {detail}", probe.version, probe.installed, probe.module)
 
 
-def is_initialized(module: ModuleType) -> bool | None:
-    """Whether RL-Insight's own state says monitoring is on (None: cannot tell)."""
-    api = sys.modules.get(f"{module.__name__}.api")
-    enabled = getattr(getattr(api, "_STATE", None), "enabled", None)
-    return enabled if isinstance(enabled, bool) else None
-
-
 class _InitOnce:
     """RL-Insight's ``init`` is once per process, so this record is too."""
 
@@ -247,7 +241,7 @@ def ensure_initialized(
     if not probe.usable or module is None:
         return probe
     with _INIT.lock:
-        if is_initialized(module) is True:
+        if private.monitoring_enabled(module) is True:
             return probe
         if _INIT.calls == 0:
             _INIT.calls += 1
@@ -256,7 +250,7 @@ def ensure_initialized(
             except Exception as exc:  # noqa: BLE001
                 _INIT.error = f"rl_insight.init raised {type(exc).__name__}: {exc}"
                 return with_reason(probe, "init_failed", _INIT.error)
-        state = is_initialized(module)
+        state = private.monitoring_enabled(module)
         error = _INIT.error
     if state is False:
         return with_reason(

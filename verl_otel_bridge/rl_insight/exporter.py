@@ -18,9 +18,10 @@ from verl_otel_bridge.exporters.named import named_exporter
 from verl_otel_bridge.exporters.redacting import redact
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge.rl_insight import private
 from verl_otel_bridge.rl_insight.compat import Probe
 from verl_otel_bridge.rl_insight.gauges import GaugePublisher
-from verl_otel_bridge.rl_insight.hub import HubTransport, rl_insight_state
+from verl_otel_bridge.rl_insight.hub import HubTransport
 from verl_otel_bridge.rl_insight.notices import UnusableNotice
 from verl_otel_bridge.rl_insight.otlp import DEFAULT_NAMESPACE, OtlpTransport
 from verl_otel_bridge.rl_insight.sessions import is_session_span, publish_session_gauges
@@ -175,7 +176,7 @@ class RLInsightSpanExporter(SpanExporter):
             server: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
             url = self._server_url() or ""
             # What the hub adds comes from RL-Insight's own init (which may not have been the bridge's).
-            state = rl_insight_state(module)
+            state = private.state(module)
             labels = getattr(state, "labels", None)
             namespace = getattr(state, "namespace", None) or server.get("namespace") or DEFAULT_NAMESPACE
             self._otlp = OtlpTransport(

@@ -7,7 +7,7 @@ started drops every span; RL-Insight reports neither. So after each batch this
 transport asks the hub, through the same actor handle (Ray runs one handle's calls
 in order), whether it is alive and exporting traces.
 
-That handle is ``rl_insight.api._STATE.client._actor`` in RL-Insight 0.3.0, a
+That handle is ``rl_insight.api._STATE.client._actor`` in RL-Insight 0.3.0 (see :mod:`.private`), a
 private name: when it is missing, batches are simply not confirmed.
 """
 
@@ -20,6 +20,8 @@ from types import ModuleType
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
+
+from verl_otel_bridge.rl_insight import private
 
 #: How long the export thread waits for RL-Insight's hub to confirm a batch.
 HUB_CONFIRM_TIMEOUT_S = 10.0
@@ -55,7 +57,7 @@ class HubTransport:
         self, module: ModuleType, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]
     ) -> HubOutcome:
         """Hand ``spans`` (with ``attributes``, one mapping per span) to RL-Insight; never raises."""
-        hub = hub_actor(module)
+        hub = private.hub_actor(module)
         if self._problem is not None and hub is self._bad_hub:
             return HubOutcome(0, problem=self._problem)  # the same dead hub: do not feed it
         trace_span = module.trace_span
@@ -101,16 +103,3 @@ class HubTransport:
     def _remember(self, hub: Any, reason: str, detail: str) -> HubOutcome:
         self._bad_hub, self._problem = hub, (reason, detail)
         return HubOutcome(0, problem=self._problem)
-
-
-def rl_insight_state(module: Any) -> Any:
-    """RL-Insight 0.3.0's per-process state (``rl_insight.api._STATE``: labels, namespace, client), or None."""
-    if module is None:
-        return None
-    return getattr(sys.modules.get(f"{getattr(module, '__name__', '')}.api"), "_STATE", None)
-
-
-def hub_actor(module: Any) -> Any:
-    """The Ray actor handle ``rl_insight.trace_span`` sends to (0.3.0: ``api._STATE.client._actor``), or None."""
-    actor = getattr(getattr(rl_insight_state(module), "client", None), "_actor", None)
-    return actor if actor is not None and hasattr(actor, "get_status") else None

@@ -6,9 +6,9 @@ Loop dashboard's gauges (``agent_loop_run_info``, ``_sample_info``,
 ``agent_session`` span timed at the moment ``finish()`` runs. The bridge needs
 the gauges but must send the span itself, with the session's real start and
 end, from its export thread. So it calls the protocol's gauge publisher,
-``rl_insight.agent_loop._publish_agent_loop_session``, directly: the one place
-the bridge relies on a private RL-Insight name. When a release lacks it, the
-gauges are skipped and :func:`publish_session_gauges` says so.
+``rl_insight.agent_loop._publish_agent_loop_session``, directly (see
+:mod:`.private`). When a release lacks it, the gauges are skipped and
+:func:`publish_session_gauges` says so.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge.protocol import SESSION_SPAN_NAME, TRACE_SOURCE, TRAJECTORIES
-
-PUBLISHER_NAME = "_publish_agent_loop_session"
+from verl_otel_bridge.rl_insight import private
 
 
 def is_session_span(span: ReadableSpan) -> bool:
@@ -39,9 +38,9 @@ def publish_session_gauges(module: ModuleType, span: ReadableSpan) -> None:
         Exception: whatever RL-Insight raises (the caller logs and goes on).
     """
     agent_loop = importlib.import_module(f"{module.__name__}.agent_loop")
-    publish = getattr(agent_loop, PUBLISHER_NAME, None)
-    if not callable(publish):
-        raise LookupError(f"{module.__name__}.agent_loop has no {PUBLISHER_NAME}")
+    publish = private.gauge_publisher(agent_loop)
+    if publish is None:
+        raise LookupError(f"{module.__name__}.agent_loop has no {private.GAUGE_PUBLISHER}")
     attributes = span.attributes or {}
     global_steps: Any = attributes.get("global_steps", "")
     publish(
