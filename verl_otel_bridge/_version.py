@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.metadata
-
 __version__ = "0.1.0"
 
 
 def distribution_version(name: str) -> str | None:
     """The installed version of distribution ``name`` from package metadata (nothing is imported)."""
+    import importlib.metadata  # not at module level: it costs milliseconds at every `import verl_otel_bridge`
+
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
