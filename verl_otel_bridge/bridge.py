@@ -81,28 +81,31 @@ class _SpanScope:
     (``start_as_current_span`` and ``use_span``); this does
     the same in two plain method calls: start the span and make it current on
     enter; on exit detach, record an ``Exception`` with status ERROR, and end.
+    One scope entered again inside itself makes one span per entry.
     """
 
-    __slots__ = ("_attributes", "_name", "_span", "_token", "_tracer")
+    __slots__ = ("_attributes", "_name", "_open", "_tracer")
 
     def __init__(self, tracer: Tracer, name: str, attributes: Mapping[str, AttributeValue] | None) -> None:
         self._tracer = tracer
         self._name = name
         self._attributes = attributes
+        self._open: list[tuple[Span, object]] = []
 
     def __enter__(self) -> Span:
-        span = self._span = self._tracer.start_span(self._name, attributes=self._attributes)
-        self._token = otel_context.attach(set_span_in_context(span))
+        span = self._tracer.start_span(self._name, attributes=self._attributes)
+        self._open.append((span, otel_context.attach(set_span_in_context(span))))
         return span
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        span = self._span
-        otel_context.detach(self._token)
-        # As use_span: only an Exception (not GeneratorExit, KeyboardInterrupt, ...) is an error.
-        if isinstance(exc, Exception) and span.is_recording():
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        span.end()
+        span, token = self._open.pop()
+        try:
+            otel_context.detach(token)  # type: ignore[arg-type]
+            # As use_span: only an Exception (not GeneratorExit, KeyboardInterrupt, ...) is an error.
+            if isinstance(exc, Exception) and span.is_recording():
+                record_error(span, exc)
+        finally:
+            span.end()
 
 
 class Bridge:
@@ -185,8 +188,7 @@ class Bridge:
                 yield current
             except BaseException as exc:
                 cancelled = isinstance(exc, asyncio.CancelledError)
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {to_text(exc)}"))
+                record_error(span, exc)
                 if not current.finished:
                     current.finish(status="cancelled" if cancelled else "error")
                 raise
@@ -437,6 +439,20 @@ class Bridge:
             counters["invalid"],
             balance(counters),
         )
+
+
+def record_error(span: Span, exc: BaseException) -> None:
+    """Record ``exc`` on ``span`` as an exception event with status ERROR; never raises.
+
+    The SDK's ``record_exception`` calls ``str(exc)``, which can raise: then the event
+    is written with the text :func:`~verl_otel_bridge.attributes.to_text` gives.
+    """
+    message = to_text(exc)
+    try:
+        span.record_exception(exc)
+    except Exception:  # noqa: BLE001 - e.g. an exception whose __str__ raises
+        span.add_event("exception", {"exception.type": type(exc).__qualname__, "exception.message": message})
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"))
 
 
 def _own_tracer(provider: TracerProvider, processors: tuple[SpanProcessor, ...]) -> Tracer:

@@ -7,11 +7,15 @@ session was created by RL-Insight or computed here.
 
 The current identity lives in a :class:`contextvars.ContextVar`: it follows
 asyncio tasks created inside a session and never leaks between threads or
-concurrent sessions.
+concurrent sessions. Each ``using_identity`` block is a scope that knows the one
+it was entered in; leaving it closes it, and a closed scope is never current
+again, whatever order scopes are left in and whichever context leaves them
+(an async generator closed by another task, two sessions left in entry order).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -58,7 +62,19 @@ class IdentityFields(_RequiredFields, total=False):
 #: Every keyword :class:`IdentityFields` declares.
 FIELD_NAMES = frozenset(IdentityFields.__annotations__)
 
-_current: ContextVar[SessionIdentity | None] = ContextVar("verl_otel_bridge_identity", default=None)
+
+class _Scope:
+    """One ``using_identity`` block: its identity, the scope it was entered in, and whether it is still open."""
+
+    __slots__ = ("identity", "open", "parent")
+
+    def __init__(self, identity: SessionIdentity | None, parent: _Scope | None) -> None:
+        self.identity = identity
+        self.parent = parent
+        self.open = True
+
+
+_current: ContextVar[_Scope | None] = ContextVar("verl_otel_bridge_identity", default=None)
 
 
 def state_lane_id(experiment_name: str, sample: str, session: str, traj: str) -> str:
@@ -167,15 +183,40 @@ def check_fields(fields: Mapping[str, Any]) -> None:
 
 
 def current_identity() -> SessionIdentity | None:
-    """The identity of the session the caller is inside, or None."""
-    return _current.get()
+    """The identity of the innermost open session scope the caller is inside, or None."""
+    scope = _current.get()
+    while scope is not None and not scope.open:
+        scope = scope.parent
+    return scope.identity if scope is not None else None
 
 
 @contextmanager
 def using_identity(identity: SessionIdentity | None) -> Iterator[SessionIdentity | None]:
-    """Make ``identity`` current for the block (and tasks started inside it)."""
-    token = _current.set(identity)
+    """Make ``identity`` current for the block (and tasks started inside it).
+
+    Leaving the block never raises and never leaves ``identity`` behind: left out of
+    order, or from another context, the scope is closed and skipped from then on
+    (a ``RuntimeWarning``, which Python shows once per place by default).
+    """
+    scope = _Scope(identity, _current.get())
+    token = _current.set(scope)
     try:
         yield identity
     finally:
-        _current.reset(token)
+        scope.open = False
+        if _current.get() is scope:
+            try:
+                _current.reset(token)
+            except ValueError:  # made in another context (e.g. an async generator closed by another task)
+                _note_repair()
+        else:
+            _note_repair()
+
+
+def _note_repair() -> None:
+    warnings.warn(
+        "verl_otel_bridge: a session or resume() scope was left out of order or from another context; "
+        "its identity is no longer current (closed scopes are skipped)",
+        RuntimeWarning,
+        stacklevel=4,
+    )

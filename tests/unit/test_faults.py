@@ -1,0 +1,167 @@
+"""Fault classes found by adversarial use (issue 17): each shows the fault, then what holds now.
+
+Every test ends with the accounting invariant (``assert_balanced``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+from opentelemetry.trace import StatusCode
+
+from verl_otel_bridge import Bridge
+from verl_otel_bridge.identity import current_identity
+
+from .helpers import assert_balanced, finished
+
+Make = Callable[..., Bridge]
+
+
+class UnprintableError(Exception):
+    """An exception whose ``__str__`` raises, as some C extensions' errors do."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+# -- class 2: exceptions pass through untouched, every span ends ---------------------------
+
+
+def _raise_inside(bridge: Bridge, kind: str, exc: BaseException) -> None:
+    if kind == "span":
+        with bridge.span("work"):
+            raise exc
+    elif kind == "session":
+        with bridge.session(sample=0, session=0):
+            raise exc
+    elif kind == "task":
+        with bridge.session(sample=0, session=0), bridge.task("t"):
+            raise exc
+    elif kind == "turn":
+        with bridge.session(sample=0, session=0), bridge.turn(0):
+            raise exc
+    else:
+
+        @bridge.traced
+        def work() -> None:
+            raise exc
+
+        work()
+
+
+@pytest.mark.parametrize("kind", ["span", "session", "task", "turn", "traced"])
+def test_an_exception_whose_str_raises_reaches_the_caller_unchanged(make_bridge: Make, kind: str) -> None:
+    bridge = make_bridge(exporter="memory")
+    exc = UnprintableError()
+    with pytest.raises(UnprintableError) as caught:
+        _raise_inside(bridge, kind, exc)
+    assert caught.value is exc
+    counters = assert_balanced(bridge)
+    assert counters["started"] == counters["ended"] > 0
+    errors = [s for s in finished(bridge) if s.status.status_code is StatusCode.ERROR]
+    assert errors and all("UnprintableError" in (s.status.description or "") for s in errors)
+    assert all(any(e.name == "exception" for e in s.events) for s in errors)
+
+
+def test_one_span_scope_entered_inside_itself_makes_two_spans_and_ends_both(make_bridge: Make) -> None:
+    bridge = make_bridge(exporter="memory")
+    scope = bridge.span("reused")
+    with scope as outer, scope as inner:
+        assert inner is not outer
+    with bridge.span("after") as after:
+        pass
+    spans = finished(bridge)
+    assert sorted(s.name for s in spans) == ["after", "reused", "reused"]
+    assert after.parent is None  # no stale parent left behind by the reused scope  # type: ignore[attr-defined]
+    counters = assert_balanced(bridge)
+    assert counters["started"] == counters["ended"] == 3
+
+
+# -- class 3: identity restore never raises and never leaves an identity behind -------------
+
+
+def test_two_sessions_left_in_entry_order_leave_no_identity(make_bridge: Make) -> None:
+    bridge = make_bridge(exporter="memory")
+    first = bridge.session(sample="a", session=0, uid="first")
+    second = bridge.session(sample="b", session=0, uid="second")
+    first.__enter__()
+    second.__enter__()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        first.__exit__(None, None, None)
+        assert current_identity() is not None and current_identity().uid == "second"  # type: ignore[union-attr]
+        second.__exit__(None, None, None)
+    assert current_identity() is None
+    assert any("out of order" in str(w.message) for w in said)
+    with bridge.span("later"):
+        pass
+    later = [s for s in finished(bridge) if s.name == "later"]
+    assert "uid" not in (later[0].attributes or {})
+    assert_balanced(bridge)
+
+
+def test_interleaved_generators_holding_sessions_leave_no_identity(make_bridge: Make) -> None:
+    bridge = make_bridge(exporter="memory")
+
+    def rollout(sample: str) -> Iterator[int]:
+        with bridge.session(sample=sample, session=0, uid=sample):
+            yield 1
+            yield 2
+
+    a, b = rollout("a"), rollout("b")
+    next(a)
+    next(b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        a.close()
+        assert current_identity() is not None and current_identity().uid == "b"  # type: ignore[union-attr]
+        b.close()
+    assert current_identity() is None
+    assert_balanced(bridge)
+
+
+def test_async_generator_session_closed_from_another_task_does_not_raise(make_bridge: Make) -> None:
+    bridge = make_bridge(exporter="memory")
+
+    async def rollout() -> AsyncIterator[int]:
+        with bridge.session(sample=0, session=0, uid="gen"):
+            yield 1
+            yield 2
+
+    async def main() -> None:
+        gen = rollout()
+        async for _ in gen:
+            break
+        closer = asyncio.get_running_loop().create_task(gen.aclose())
+        await closer  # finalised in another task's context: used to raise ValueError here
+        assert current_identity() is None or current_identity().uid != "gen"  # type: ignore[union-attr]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        asyncio.run(main())
+    counters = assert_balanced(bridge)
+    assert counters["started"] == counters["ended"] == 1
+
+
+@contextmanager
+def _resumed(bridge: Bridge, uid: str) -> Iterator[None]:
+    with bridge.session(sample=uid, session=0, uid=uid) as s, bridge.resume(s.identity):
+        yield
+
+
+def test_nested_resume_left_out_of_order_restores_nothing_stale(make_bridge: Make) -> None:
+    bridge = make_bridge(exporter="memory")
+    outer = _resumed(bridge, "outer")
+    inner = _resumed(bridge, "inner")
+    outer.__enter__()
+    inner.__enter__()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        outer.__exit__(None, None, None)
+        inner.__exit__(None, None, None)
+    assert current_identity() is None
+    assert_balanced(bridge)
