@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from opentelemetry import context as otel_context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Tracer as SdkTracer
@@ -27,8 +26,6 @@ from opentelemetry.trace import (
     Status,
     StatusCode,
     Tracer,
-    set_span_in_context,
-    use_span,
 )
 
 from verl_otel_bridge._version import __version__
@@ -43,6 +40,7 @@ from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.identity import IdentityFields, SessionIdentity, current_identity, using_identity
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.protocol import SESSION_SPAN_NAME
+from verl_otel_bridge.scopes import SpanBlock
 from verl_otel_bridge.session import Session, session_start_attributes
 
 if TYPE_CHECKING:
@@ -90,17 +88,17 @@ class _SpanScope:
         self._tracer = tracer
         self._name = name
         self._attributes = attributes
-        self._open: list[tuple[Span, object]] = []
+        self._open: list[tuple[Span, SpanBlock]] = []
 
     def __enter__(self) -> Span:
         span = self._tracer.start_span(self._name, attributes=self._attributes)
-        self._open.append((span, otel_context.attach(set_span_in_context(span))))
+        self._open.append((span, SpanBlock(span)))
         return span
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        span, token = self._open.pop()
+        span, block = self._open.pop()
         try:
-            otel_context.detach(token)  # type: ignore[arg-type]
+            block.close()
             # As use_span: only an Exception (not GeneratorExit, KeyboardInterrupt, ...) is an error.
             if isinstance(exc, Exception) and span.is_recording():
                 record_error(span, exc)
@@ -180,10 +178,8 @@ class Bridge:
                 state_lane_id,
                 current.identity.state_lane_id,
             )
-        with (
-            using_identity(current.identity),
-            use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False),
-        ):
+        with using_identity(current.identity):
+            block = SpanBlock(span)
             try:
                 yield current
             except BaseException as exc:
@@ -192,8 +188,12 @@ class Bridge:
                 if not current.finished:
                     current.finish(status="cancelled" if cancelled else "error")
                 raise
-            if not current.finished:
-                current.finish(status="success")
+            else:
+                if not current.finished:
+                    current.finish(status="success")
+            finally:
+                block.close()
+                span.end()
 
     def start_session(self, **fields: Unpack[IdentityFields]) -> Session:
         """Start a session without making it current: its ``agent_session`` span starts now and

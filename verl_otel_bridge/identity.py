@@ -15,7 +15,6 @@ again, whatever order scopes are left in and whichever context leaves them
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from verl_otel_bridge.attributes import AttributeValue, to_attribute_value, to_text
 from verl_otel_bridge.protocol import DEFAULT_EXPERIMENT_NAME, IDENTITY_KEYS
+from verl_otel_bridge.scopes import note_repair
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -208,15 +208,6 @@ def using_identity(identity: SessionIdentity | None) -> Iterator[SessionIdentity
             try:
                 _current.reset(token)
             except ValueError:  # made in another context (e.g. an async generator closed by another task)
-                _note_repair()
+                note_repair()
         else:
-            _note_repair()
-
-
-def _note_repair() -> None:
-    warnings.warn(
-        "verl_otel_bridge: a session or resume() scope was left out of order or from another context; "
-        "its identity is no longer current (closed scopes are skipped)",
-        RuntimeWarning,
-        stacklevel=4,
-    )
+            note_repair()

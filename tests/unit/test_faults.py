@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import INVALID_SPAN, StatusCode, get_current_span
 
 from verl_otel_bridge import Bridge
 from verl_otel_bridge.identity import current_identity
@@ -96,11 +96,12 @@ def test_two_sessions_left_in_entry_order_leave_no_identity(make_bridge: Make) -
         assert current_identity() is not None and current_identity().uid == "second"  # type: ignore[union-attr]
         second.__exit__(None, None, None)
     assert current_identity() is None
+    assert get_current_span() is INVALID_SPAN  # no ended session left behind as the parent
     assert any("out of order" in str(w.message) for w in said)
     with bridge.span("later"):
         pass
     later = [s for s in finished(bridge) if s.name == "later"]
-    assert "uid" not in (later[0].attributes or {})
+    assert "uid" not in (later[0].attributes or {}) and later[0].parent is None
     assert_balanced(bridge)
 
 
@@ -120,7 +121,7 @@ def test_interleaved_generators_holding_sessions_leave_no_identity(make_bridge: 
         a.close()
         assert current_identity() is not None and current_identity().uid == "b"  # type: ignore[union-attr]
         b.close()
-    assert current_identity() is None
+    assert current_identity() is None and get_current_span() is INVALID_SPAN
     assert_balanced(bridge)
 
 
@@ -163,5 +164,5 @@ def test_nested_resume_left_out_of_order_restores_nothing_stale(make_bridge: Mak
         warnings.simplefilter("ignore", RuntimeWarning)
         outer.__exit__(None, None, None)
         inner.__exit__(None, None, None)
-    assert current_identity() is None
+    assert current_identity() is None and get_current_span() is INVALID_SPAN
     assert_balanced(bridge)

@@ -1,0 +1,59 @@
+"""Making a span current for a block, so that leaving blocks out of order leaves no stale span current.
+
+OpenTelemetry's ``attach``/``detach`` restore the context a token was made in:
+leave two blocks in entry order and the second ``detach`` puts the first, already
+ended span back as the parent of everything after it in that thread. Each block
+here records the context it was entered in; leaving it closes it, and restoring
+skips closed blocks, so the context after the last block is the one before the
+first.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from opentelemetry import context as otel_context
+from opentelemetry.trace import Span, set_span_in_context
+
+_KEY = otel_context.create_key("verl_otel_bridge.scope")
+
+
+class SpanBlock:
+    """One block during which ``span`` is current."""
+
+    __slots__ = ("context", "open", "previous")
+
+    def __init__(self, span: Span) -> None:
+        self.previous = otel_context.get_current()
+        self.open = True
+        self.context = otel_context.set_value(_KEY, self, set_span_in_context(span, self.previous))
+        otel_context.attach(self.context)
+
+    def close(self) -> None:
+        """Leave the block: restore the context it was entered in, past any block already closed.
+
+        Not the current block (left out of order, or from another context): only
+        closed, so the block that is current restores past it when it closes.
+        """
+        self.open = False
+        if otel_context.get_current() is not self.context:
+            note_repair()
+            return
+        target = self.previous
+        block = target.get(_KEY)
+        while isinstance(block, SpanBlock) and not block.open:
+            target = block.previous
+            block = target.get(_KEY)
+        # attach, not detach(token): a token made in another context (an async generator
+        # finalised by another task) cannot be reset there, and the target is known.
+        otel_context.attach(target)
+
+
+def note_repair() -> None:
+    """Say (once per place, as Python's warnings do) that a block was left out of order."""
+    warnings.warn(
+        "verl_otel_bridge: a session, span or resume() block was left out of order or from another context; "
+        "it is no longer current (closed blocks are skipped)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
