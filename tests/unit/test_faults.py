@@ -6,9 +6,13 @@ Every test ends with the accounting invariant (``assert_balanced``).
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from opentelemetry.trace import INVALID_SPAN, StatusCode, get_current_span
@@ -166,3 +170,46 @@ def test_nested_resume_left_out_of_order_restores_nothing_stale(make_bridge: Mak
         inner.__exit__(None, None, None)
     assert current_identity() is None and get_current_span() is INVALID_SPAN
     assert_balanced(bridge)
+
+
+# -- class 1: exit is bounded whatever the exporter does -----------------------------------
+
+STUCK_WRITER = r"""
+import os, sys, time
+import verl_otel_bridge as vob
+
+fifo = sys.argv[1]
+os.mkfifo(fifo)
+reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader that never reads: writes block once the pipe is full
+bridge = vob.configure(exporter="jsonl", jsonl_path=fifo, shutdown_timeout_s=2, schedule_delay_ms=10, environ={})
+for i in range(400):
+    with vob.span("big", payload="x" * 2000):
+        pass
+time.sleep(0.5)  # let the export thread block in write(2) (an unbounded wait would hang this script, not pass it)
+started = time.monotonic()
+exit_mode = sys.argv[2]
+if exit_mode == "shutdown":
+    vob.shutdown()
+    print("shutdown took", round(time.monotonic() - started, 2), bridge.status()["counters"]["dropped"], flush=True)
+else:
+    print("exiting", flush=True)  # the atexit hook shuts the bridge down
+"""
+
+
+@pytest.mark.parametrize("exit_mode", ["shutdown", "interpreter-exit"])
+def test_shutdown_and_exit_are_bounded_when_a_write_blocks_in_the_kernel(tmp_path: Path, exit_mode: str) -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", STUCK_WRITER, str(tmp_path / "fifo"), exit_mode],
+        capture_output=True,
+        text=True,
+        timeout=60,  # the fault: this used to never end
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    # shutdown_timeout_s=2 bounds shutdown; the rest is interpreter start-up and span making.
+    assert time.monotonic() - started < 30
+    if exit_mode == "shutdown":
+        _, took, dropped = done.stdout.split()[-3:]
+        assert float(took) < 2 + 1.0, done.stdout
+        assert int(dropped) > 0  # the stuck batch and what was queued behind it are counted, not silently lost
+    assert "abandoned" in done.stderr

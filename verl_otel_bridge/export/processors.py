@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -15,6 +16,31 @@ from verl_otel_bridge.export.queue import ExportQueue, QueueSettings
 from verl_otel_bridge.identity import SessionIdentity, current_identity
 
 logger = logging.getLogger("verl_otel_bridge.export.processors")
+
+
+def within(deadline: float, work: Callable[[], bool], what: str) -> bool:
+    """Run ``work`` on a thread of its own until ``deadline`` (``time.monotonic()``); False if it
+    did not return True by then (it is left running: nothing can interrupt a blocked system call)."""
+    done: list[bool] = []
+
+    def run() -> None:
+        try:
+            done.append(bool(work()))
+        except Exception:
+            logger.exception("exporter %s raised", what)
+            done.append(False)
+
+    worker = threading.Thread(target=run, name=f"verl-otel-bridge-{what}", daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()))
+    if worker.is_alive():
+        logger.warning("exporter %s did not return by its deadline; abandoned (the exporter may be stuck)", what)
+        return False
+    return done == [True]
+
+
+def _millis_left(deadline: float) -> int:
+    return max(0, int((deadline - time.monotonic()) * 1000))
 
 
 def stamped(span: Span, identity: SessionIdentity) -> bool:
@@ -92,14 +118,17 @@ class ExportSpanProcessor(SpanProcessor):
             logger.exception("exporter %s raised; %d spans lost", type(self.exporter).__name__, len(spans))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        deadline = time.monotonic() + timeout_millis / 1000
         flushed = self.queue.force_flush(timeout_millis / 1000) if self.queue is not None else True
-        return flushed and self.exporter.force_flush(timeout_millis)
+        return flushed and within(deadline, lambda: self.exporter.force_flush(_millis_left(deadline)), "flush")
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Flush what is queued (bounded by ``timeout_s``) and shut the exporter down.
+        """Flush what is queued and shut the exporter down, all within ``timeout_s``.
 
-        Idempotent: ``TracerProvider.shutdown()`` calls it again (with the 30 s
-        default) after ``Bridge.shutdown`` did, and a hung exporter must not be
+        An exporter stuck past the deadline (a write blocked in the kernel, a hung
+        server) is abandoned on its own thread, so shutdown and interpreter exit stay
+        bounded. Idempotent: ``TracerProvider.shutdown()`` calls it again (with the
+        30 s default) after ``Bridge.shutdown`` did, and a hung exporter must not be
         waited for twice.
         """
         if self._shut_down:
@@ -108,6 +137,11 @@ class ExportSpanProcessor(SpanProcessor):
         deadline = time.monotonic() + timeout_s
         if self.queue is not None:
             self.counts.add("dropped", self.queue.shutdown(timeout_s))
-        # What the exporter still does in the background (RL-Insight's gauges) gets the time left.
-        self.exporter.force_flush(max(0, int((deadline - time.monotonic()) * 1000)))
-        self.exporter.shutdown()
+
+        def finish() -> bool:
+            # What the exporter still does in the background (RL-Insight's gauges) gets the time left.
+            self.exporter.force_flush(_millis_left(deadline))
+            self.exporter.shutdown()
+            return True
+
+        within(deadline, finish, "shutdown")
