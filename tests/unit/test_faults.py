@@ -6,6 +6,7 @@ Every test ends with the accounting invariant (``assert_balanced``).
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import pytest
 from opentelemetry.trace import INVALID_SPAN, StatusCode, get_current_span
 
 from verl_otel_bridge import Bridge
+from verl_otel_bridge.accounting import balance
 from verl_otel_bridge.identity import current_identity
 
 from .helpers import assert_balanced, finished
@@ -213,3 +215,44 @@ def test_shutdown_and_exit_are_bounded_when_a_write_blocks_in_the_kernel(tmp_pat
         assert float(took) < 2 + 1.0, done.stdout
         assert int(dropped) > 0  # the stuck batch and what was queued behind it are counted, not silently lost
     assert "abandoned" in done.stderr
+
+
+# -- class 7: files hold exactly what was counted, and errors are said when they happen -----
+
+SIZE_LIMITED = r"""
+import json, logging, resource, signal, sys
+import verl_otel_bridge as vob
+
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(message)s")
+path, limit = sys.argv[1], int(sys.argv[2])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write(2) fails with EFBIG instead of a signal
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+bridge = vob.configure(exporter="jsonl", jsonl_path=path, max_export_batch_size=7, schedule_delay_ms=0, environ={})
+for batch in range(12):
+    for i in range(7):
+        with vob.span("s", batch=batch, i=i, payload="y" * 300):
+            pass
+    assert bridge.force_flush(10)
+    print("flushed", batch, file=sys.stderr, flush=True)
+print(json.dumps(bridge.status()["counters"]))
+bridge.shutdown()
+"""
+
+
+def test_a_write_that_fails_part_way_leaves_whole_lines_that_match_the_counters(tmp_path: Path) -> None:
+    path = tmp_path / "spans.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", SIZE_LIMITED, str(path), "12000"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    counters = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b""  # ends with a whole line
+    records = [json.loads(line) for line in lines[:-1]]  # every line parses
+    assert len(records) == counters["exported"]["jsonl"] > 0
+    assert counters["failed"] == counters["ended"] - len(records) > 0
+    assert balance(counters) == 0
+    # Said at the first failure, before later batches were flushed, not only in the shutdown summary.
+    warning = done.stderr.index("writing 7 spans to")
+    assert "EFBIG" in done.stderr[warning : warning + 300]
+    assert warning < done.stderr.rindex("flushed 11")

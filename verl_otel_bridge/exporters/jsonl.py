@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -13,7 +15,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge.forks import reinit_after_fork
+from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.records import span_to_record
+
+logger = logging.getLogger("verl_otel_bridge.exporters.jsonl")
 
 
 class JsonlSpanExporter(SpanExporter):
@@ -23,6 +28,11 @@ class JsonlSpanExporter(SpanExporter):
     ``configure()``, not at the first span. ``~`` is expanded, and ``{pid}`` in
     ``path`` becomes the process id, so one ``VERL_OTEL_BRIDGE_JSONL_PATH`` in a
     Ray ``runtime_env`` gives every worker a file of its own.
+
+    A batch is written whole or not at all: a write that fails part-way (a full
+    disk, a file-size limit) is cut back to the last whole line, the batch is
+    reported failed, and the error is logged when it happens (once per kind), so
+    the file holds exactly the spans counted as exported.
 
     Raises:
         ValueError: ``path`` cannot be opened for appending.
@@ -39,6 +49,7 @@ class JsonlSpanExporter(SpanExporter):
             raise ValueError(
                 f"verl_otel_bridge: jsonl_path={str(path)!r} cannot be opened for appending: {exc}"
             ) from exc
+        self._once = OnceLogger(logger)
         self._new_lock()
         reinit_after_fork(self._new_lock)
 
@@ -51,16 +62,48 @@ class JsonlSpanExporter(SpanExporter):
         with self._lock:
             if self._file is None:
                 return SpanExportResult.FAILURE
+            fd = self._file.fileno()
+            start = _end_of(fd)
             try:
                 view = memoryview(data)
                 while view:  # a regular file may take a large write in parts
                     view = view[self._file.write(view) :]
-            except OSError:
+            except OSError as exc:
+                kept = _cut_back(fd, start)
+                self._once.log(
+                    f"write:{exc.errno}",
+                    logging.WARNING,
+                    "writing %d spans to %s failed (%s: %s); %s; they are counted as failed",
+                    len(spans),
+                    self.path,
+                    errno.errorcode.get(exc.errno or 0, "error"),
+                    exc.strerror or exc,
+                    "the file was cut back to its last whole line" if kept else "the file may end in a partial line",
+                )
                 return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+
+def _end_of(fd: int) -> int | None:
+    """Where an appended write starts (None for a pipe or a socket)."""
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    except OSError:
+        return None
+
+
+def _cut_back(fd: int, size: int | None) -> bool:
+    """Truncate the file to ``size``, dropping a partly written batch; False if that was not possible."""
+    if size is None:
+        return False
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        return False
+    return True
 
     def shutdown(self) -> None:
         with self._lock:
