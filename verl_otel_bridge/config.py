@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -34,6 +35,10 @@ EXPORTERS = ("auto", "rl_insight", "otlp", "console", "memory", "jsonl", "none")
 FALLBACKS = ("memory", "console", "jsonl", "none")
 #: How spans reach RL-Insight's trace store.
 TRANSPORTS = ("auto", "hub", "otlp")
+
+#: The longest any wait setting may be: beyond it a thread's wait overflows, and no
+#: training job wants an exporter to wait longer.
+MAX_WAIT_S = 3600
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -170,15 +175,12 @@ class BridgeConfig:
                 raise ValueError(f"configure() takes a mapping or a BridgeConfig, not {type(config).__name__}")
             values.update(_coerce_all(config, "config"))
         values.update(_coerce_all(overrides, "keyword"))
-        if "max_export_batch_size" not in values and "max_queue_size" in values:
-            # Only the queue was set (e.g. OTEL_BSP_MAX_QUEUE_SIZE=256): fit the default batch to it.
-            values["max_export_batch_size"] = min(cls.max_export_batch_size, values["max_queue_size"])
+        _fit_batch_to_queue(values)
         try:
             return cls(**values)
         except ValueError as exc:
             sources = value_sources(config if isinstance(config, Mapping) else None, environ=env, **overrides)
-            known = cls.keys()
-            key = next((k for k in known if f": {k}=" in str(exc)), None)
+            key = key_named(exc)
             if key is None or sources[key] == "default":
                 raise
             raise ValueError(f"{exc} (set by {sources[key]})") from None
@@ -221,30 +223,63 @@ class BridgeConfig:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def resolve_leniently(environ: Mapping[str, str] | None = None) -> tuple[BridgeConfig, list[str]]:
-    """Resolve from the environment, leaving out variables that do not parse.
+#: Settings that keep data private: when one cannot be read, nothing is exported at all.
+PRIVACY_KEYS = ("redact_attributes",)
 
-    For code that must not raise (a worker's first span): each bad variable is
-    skipped, the good ones still apply. Returns the config and one message per
-    problem; if the remaining values still conflict, the defaults.
+
+def key_named(error: BaseException | str) -> str | None:
+    """The configuration key a ``ValueError`` from this module names, if any."""
+    text, known = str(error), BridgeConfig.keys()
+    return next((key for key in known if f": {key}=" in text or f"for {key!r}" in text), None)
+
+
+def resolve_leniently(environ: Mapping[str, str] | None = None) -> tuple[BridgeConfig, list[str]]:
+    """Resolve from the environment key by key, leaving out only the settings that cannot be used.
+
+    For code that must not raise (a worker's first span): a variable that does not
+    parse, or a value that conflicts with the others, is left out alone (its key
+    keeps its default) and every other setting still applies. A privacy setting
+    (``redact_attributes``) is never left out: if it cannot be read, or a variable
+    that names no key looks like a misspelling of it, the returned config is
+    disabled, so nothing is exported unredacted. Returns the config and one
+    message per problem.
     """
-    env = dict(os.environ if environ is None else environ)
-    try:
-        return BridgeConfig.resolve(environ=env), []
-    except ValueError:
-        pass
-    problems: list[str] = []
-    relevant = {alias for aliases in _env_aliases().values() for alias in aliases}
-    for name in [n for n in env if n.startswith(ENV_PREFIX) or n in relevant]:
+    env = os.environ if environ is None else environ
+    values, problems = _read_environment(env)
+    messages = list(problems.values())
+    meant = {_meant_key(name) for name in problems}
+    for private in PRIVACY_KEYS:
+        if private in meant:
+            messages.append(
+                f"verl_otel_bridge: {private} cannot be read, so nothing is exported rather than unredacted"
+            )
+            return BridgeConfig(enabled=False), messages
+    known = BridgeConfig.keys()
+    for _ in known:
+        _fit_batch_to_queue(values)
         try:
-            BridgeConfig.resolve(environ={name: env[name]})
+            return BridgeConfig(**values), messages
         except ValueError as exc:
-            problems.append(str(exc))
-            del env[name]
-    try:
-        return BridgeConfig.resolve(environ=env), problems
-    except ValueError as exc:
-        return BridgeConfig(), [*problems, str(exc)]
+            key = key_named(exc)
+            if key is None or key not in values:
+                raise  # a conflict among defaults: a bug, not a setting
+            messages.append(f"{exc} (set by {value_sources(environ=env)[key]})")
+            del values[key]
+    raise AssertionError("unreachable: each round leaves out one key")
+
+
+def _meant_key(problem: str) -> str | None:
+    """The key a problem is about: the key itself, or the closest key to an unknown variable's name."""
+    if not problem.startswith(ENV_PREFIX):
+        return problem
+    close = difflib.get_close_matches(problem[len(ENV_PREFIX) :].lower(), BridgeConfig.keys(), n=1)
+    return close[0] if close else None
+
+
+def _fit_batch_to_queue(values: dict[str, Any]) -> None:
+    if "max_export_batch_size" not in values and "max_queue_size" in values:
+        # Only the queue was set (e.g. OTEL_BSP_MAX_QUEUE_SIZE=256): fit the default batch to it.
+        values["max_export_batch_size"] = min(BridgeConfig.max_export_batch_size, values["max_queue_size"])
 
 
 def value_sources(
@@ -283,14 +318,27 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
         ValueError: a ``VERL_OTEL_BRIDGE_*`` variable that names no key, or a
             value that does not parse.
     """
+    values, problems = _read_environment(environ)
+    if problems:
+        raise ValueError(next(iter(problems.values())))
+    return values
+
+
+def _read_environment(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each key's value from ``environ``, and a message for each key (or unknown variable) that failed."""
     keys = BridgeConfig.keys()
     values: dict[str, Any] = {}
+    problems: dict[str, str] = {}
     for key, aliases in _env_aliases().items():
         for alias in aliases:
             raw = environ.get(alias)
             if raw is None or raw.strip() == "":
                 continue
-            value = _coerce(key, raw, alias)
+            try:
+                value = _coerce(key, raw, alias)
+            except ValueError as exc:
+                problems[key] = str(exc)
+                continue
             values[key] = (not value) if alias in _INVERTED_ALIASES else value
     if "service_name" not in values and (named := _resource_service_name(environ)):
         values["service_name"] = named  # as the SDK: OTEL_SERVICE_NAME first, then OTEL_RESOURCE_ATTRIBUTES
@@ -299,9 +347,16 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
             continue
         key = name[len(ENV_PREFIX) :].lower()
         if key not in keys:
-            raise ValueError(_unknown_key_message(key, f"environment variable {name}"))
-        values[key] = _coerce(key, raw, name)
-    return values
+            problems[name] = _unknown_key_message(key, f"environment variable {name}")
+            continue
+        try:
+            values[key] = _coerce(key, raw, name)
+        except ValueError as exc:
+            problems[key] = str(exc)
+            values.pop(key, None)  # the alias's value must not stand in for the prefixed one
+        else:
+            problems.pop(key, None)  # the prefixed variable wins over a bad alias
+    return values, problems
 
 
 def _resource_service_name(environ: Mapping[str, str]) -> str | None:
@@ -365,7 +420,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         if kind in ("bool", "optional_bool"):
             return _to_bool(value, optional=kind == "optional_bool")
         if kind == "int":
-            if isinstance(value, bool):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise TypeError
             return int(value)
         if kind == "float":
@@ -377,6 +432,8 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         if kind == "str_tuple":
             return _to_str_tuple(value)
         if kind == "exporter":
+            if isinstance(value, (set, frozenset)):
+                raise TypeError  # unordered: which one is the primary?
             names = _to_str_tuple(value)
             if not names:
                 raise ValueError
@@ -394,11 +451,13 @@ def _coerce(key: str, value: Any, where: str) -> Any:
             "float": "a number",
             "mapping": "a mapping (or a JSON object in the environment)",
             "str_tuple": "a list of strings (comma-separated in the environment)",
-            "exporter": f"one of {', '.join(EXPORTERS)}, or a list of them",
+            "exporter": f"one of {', '.join(EXPORTERS)}, or an ordered list of them (the first is the primary)",
             "str": "a string",
         }[kind.replace("optional_str", "str")]
+        # Text that does not parse as a mapping may hold credentials in any shape: never echo it.
+        shown = f"<{len(value)} characters, not shown>" if kind == "mapping" and isinstance(value, str) else value
         raise ValueError(
-            f"verl_otel_bridge: {where} = {value!r} is not valid for {key!r}: expected {expected}."
+            f"verl_otel_bridge: {where} = {masked(key, shown)!r} is not valid for {key!r}: expected {expected}."
         ) from None
 
 
@@ -459,10 +518,12 @@ def _validate(config: BridgeConfig) -> None:
         raise bad("max_export_batch_size", f"must not exceed max_queue_size ({config.max_queue_size}).")
     if config.schedule_delay_ms < 0:
         raise bad("schedule_delay_ms", "must not be negative.")
-    if config.reminder_interval_s <= 0:
-        raise bad("reminder_interval_s", "must be positive.")
-    if config.shutdown_timeout_s <= 0:
-        raise bad("shutdown_timeout_s", "must be positive.")
+    if config.schedule_delay_ms > MAX_WAIT_S * 1000:
+        raise bad("schedule_delay_ms", f"must be at most {MAX_WAIT_S * 1000} (an hour).")
+    for key in ("reminder_interval_s", "shutdown_timeout_s"):
+        value = getattr(config, key)
+        if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):
+            raise bad(key, f"must be a positive, finite number of seconds, at most {MAX_WAIT_S} (an hour).")
     if not config.jsonl_path:
         raise bad("jsonl_path", "must name a file.")
     try:

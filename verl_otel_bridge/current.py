@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -12,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
 from verl_otel_bridge.bridge import Bridge, traced_by
-from verl_otel_bridge.config import BridgeConfig, resolve_leniently
+from verl_otel_bridge.config import PRIVACY_KEYS, BridgeConfig, key_named, resolve_leniently
 from verl_otel_bridge.identity import IdentityFields, SessionIdentity
 from verl_otel_bridge.session import Session
 
@@ -104,14 +105,22 @@ def _install(bridge: Bridge | None) -> None:
 
 
 def _from_environment() -> Bridge:
+    """A bridge from the environment that never raises: each unusable setting is left out alone."""
     config, problems = resolve_leniently()
     for problem in problems:
-        logger.error("%s; ignored, the other settings apply.", problem)
-    try:
-        return Bridge(config)
-    except ValueError as exc:
-        logger.error("%s Using the default configuration instead.", exc)
-        return Bridge(BridgeConfig())
+        logger.error("%s; that setting is ignored, the others apply.", problem)
+    known = BridgeConfig.keys()
+    for _ in known:
+        try:
+            return Bridge(config)
+        except ValueError as exc:  # e.g. a jsonl_path that cannot be opened
+            key = key_named(exc)
+            if key is None or key in PRIVACY_KEYS:
+                logger.error("%s; nothing is exported by this bridge.", exc)
+                return Bridge(BridgeConfig(enabled=False))
+            logger.error("%s; %s is left at its default, the other settings apply.", exc, key)
+            config = dataclasses.replace(config, **{key: getattr(BridgeConfig, key)})
+    return Bridge(BridgeConfig(enabled=False))
 
 
 def session(*, state_lane_id: str | None = None, **identity: Unpack[IdentityFields]) -> AbstractContextManager[Session]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -14,12 +15,15 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.trace import INVALID_SPAN, StatusCode, get_current_span
 
-from verl_otel_bridge import Bridge
+import verl_otel_bridge as vob
+from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge.accounting import balance
+from verl_otel_bridge.config import resolve_leniently
 from verl_otel_bridge.identity import current_identity
 
 from .helpers import assert_balanced, finished
@@ -256,3 +260,104 @@ def test_a_write_that_fails_part_way_leaves_whole_lines_that_match_the_counters(
     warning = done.stderr.index("writing 7 spans to")
     assert "EFBIG" in done.stderr[warning : warning + 300]
     assert warning < done.stderr.rindex("flushed 11")
+
+
+# -- class 5: a worker's settings never vanish together -----------------------------------
+
+
+def test_one_inconsistent_worker_setting_is_left_out_alone(caplog: pytest.LogCaptureFixture) -> None:
+    environ = {
+        "VERL_OTEL_BRIDGE_REDACT_ATTRIBUTES": "content,reasoning",
+        "VERL_OTEL_BRIDGE_PROJECT": "p",
+        "VERL_OTEL_BRIDGE_MAX_QUEUE_SIZE": "64",
+        "VERL_OTEL_BRIDGE_MAX_EXPORT_BATCH_SIZE": "512",  # larger than the queue: inconsistent
+    }
+    config, problems = resolve_leniently(environ)
+    assert config.redact_attributes == ("content", "reasoning") and config.project == "p"
+    assert config.max_queue_size == 64 and config.max_export_batch_size == 64  # the batch fitted to the queue
+    assert len(problems) == 1 and "VERL_OTEL_BRIDGE_MAX_EXPORT_BATCH_SIZE" in problems[0]
+
+
+def test_a_worker_whose_jsonl_path_is_a_directory_keeps_its_privacy_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VERL_OTEL_BRIDGE_EXPORTER", "jsonl")
+    monkeypatch.setenv("VERL_OTEL_BRIDGE_JSONL_PATH", str(tmp_path))  # a directory
+    monkeypatch.setenv("VERL_OTEL_BRIDGE_REDACT_ATTRIBUTES", "content")
+    with caplog.at_level(logging.ERROR, logger="verl_otel_bridge"):
+        bridge = vob.get_bridge()
+    assert bridge.config.redact_attributes == ("content",) and bridge.config.exporter == "jsonl"
+    assert bridge.config.jsonl_path == BridgeConfig.jsonl_path
+    assert any("jsonl_path" in r.getMessage() and "left at its default" in r.getMessage() for r in caplog.records)
+    with vob.session(sample=0, session=0), vob.turn(0) as turn:
+        turn.record(content="a private prompt")
+    bridge.shutdown()
+    written = (tmp_path / BridgeConfig.jsonl_path).read_text()
+    assert "a private prompt" not in written and "[REDACTED]" in written
+
+
+def test_a_misspelled_privacy_setting_exports_nothing() -> None:
+    environ = {"VERL_OTEL_BRIDGE_REDACT_ATTRIBUTE": "content", "VERL_OTEL_BRIDGE_PROJECT": "p"}  # no final S
+    config, problems = resolve_leniently(environ)
+    assert config.enabled is False
+    assert any("redact_attributes" in problem and "nothing is exported" in problem for problem in problems)
+
+
+def test_a_misspelled_other_setting_is_left_out_alone() -> None:
+    config, problems = resolve_leniently({"VERL_OTEL_BRIDGE_PROJEKT": "p", "VERL_OTEL_BRIDGE_EXPORTER": "memory"})
+    assert config.enabled is True and config.exporter == "memory" and config.project is None
+    assert len(problems) == 1 and "Did you mean 'project'" in problems[0]
+
+
+# -- class 6: numbers accepted at configure() are numbers that work -------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"shutdown_timeout_s": float("nan")}, "shutdown_timeout_s"),
+        ({"shutdown_timeout_s": float("inf")}, "shutdown_timeout_s"),
+        ({"shutdown_timeout_s": 1e12}, "shutdown_timeout_s"),
+        ({"schedule_delay_ms": 10**13}, "schedule_delay_ms"),
+        ({"reminder_interval_s": float("nan")}, "reminder_interval_s"),
+        ({"max_queue_size": 1.9}, "max_queue_size"),
+        ({"exporter": {"memory", "console"}}, "exporter"),
+    ],
+)
+def test_numbers_that_would_fail_later_raise_at_configure(settings: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        BridgeConfig.resolve(environ={}, **settings)
+
+
+def test_a_huge_schedule_delay_from_the_environment_is_refused_at_configure() -> None:
+    with pytest.raises(ValueError, match="OTEL_BSP_SCHEDULE_DELAY"):
+        BridgeConfig.resolve(environ={"OTEL_BSP_SCHEDULE_DELAY": str(10**13)})
+
+
+def test_a_failed_configure_leaves_the_previous_bridge_in_place() -> None:
+    first = vob.configure(exporter="memory", environ={})
+    with pytest.raises(ValueError):
+        vob.configure(exporter="memory", shutdown_timeout_s=float("nan"))
+    assert vob.get_bridge() is first
+    first.shutdown()
+
+
+# -- class 8: secrets never in a repr, a log line or an error --------------------------------
+
+
+def test_secrets_in_rl_insight_config_are_masked_in_repr() -> None:
+    config = BridgeConfig.resolve(
+        environ={}, rl_insight_config={"server": {"url": "http://u:hunter22@h:1", "api_token": "tok-123456"}}
+    )
+    shown = repr(config)
+    assert "hunter22" not in shown and "tok-123456" not in shown and "***" in shown
+
+
+def test_a_malformed_rl_insight_config_variable_is_never_echoed(caplog: pytest.LogCaptureFixture) -> None:
+    raw = '{"server": {"token": "tok-secret-987"'  # cut short: not JSON
+    with pytest.raises(ValueError) as caught:
+        BridgeConfig.resolve(environ={"VERL_OTEL_BRIDGE_RL_INSIGHT_CONFIG": raw})
+    assert "tok-secret-987" not in str(caught.value) and "VERL_OTEL_BRIDGE_RL_INSIGHT_CONFIG" in str(caught.value)
+    _, problems = resolve_leniently({"VERL_OTEL_BRIDGE_RL_INSIGHT_CONFIG": raw})
+    assert problems and all("tok-secret-987" not in p for p in problems)
