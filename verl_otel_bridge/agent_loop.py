@@ -143,7 +143,10 @@ def task_span(bridge: SpanSource, name: str, attributes: Mapping[str, Any]) -> I
         GEN_AI_AGENT_NAME: to_text(name),
         **_conversation(),
     }
-    with bridge.span(TASK_SPAN_NAME, **{**base, **attributes}) as span:
+    # The keys that make it a task for the dashboard are the bridge's; the caller's attributes cannot replace them.
+    with bridge.span(
+        TASK_SPAN_NAME, **{**base, **attributes, TRACE_SOURCE: "task", TASK_NAME: base[TASK_NAME]}
+    ) as span:
         handle = TaskHandle(span, bridge.clean_attributes)
         try:
             yield handle
@@ -161,7 +164,8 @@ def turn_span(bridge: SpanSource, turn: Any, turn_type: str, attributes: Mapping
         GEN_AI_OPERATION: TURN_OPERATIONS.get(turn_type, turn_type),
         **_conversation(),
     }
-    with bridge.span(TURN_SPAN_NAME, **{**base, **attributes}) as span:
+    # As for tasks: the integer turn and its type come from the arguments, never from the attributes.
+    with bridge.span(TURN_SPAN_NAME, **{**base, **attributes, TURN: base[TURN], TURN_TYPE: turn_type}) as span:
         yield TurnHandle(span, bridge.clean_attributes)
 
 

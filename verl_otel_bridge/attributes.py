@@ -65,11 +65,20 @@ def clean_attributes(
     max_length: int | None = None,
     on_convert: ConvertHook | None = None,
 ) -> dict[str, AttributeValue]:
-    """Convert a whole mapping; keys become strings, None values are left out."""
-    if not attributes:
+    """Convert a whole mapping; keys become strings, None values are left out; never raises.
+
+    A sequence of ``(key, value)`` pairs is read as a mapping; a mapping that cannot be
+    read (its ``items()`` or ``__getitem__`` raises) gives no attributes.
+    """
+    if attributes is None or (attributes.__class__ is dict and not attributes):
+        return {}
+    try:
+        items = list(attributes.items()) if isinstance(attributes, Mapping) else list(dict(attributes).items())
+    except Exception:  # noqa: BLE001 - whatever the caller's object raises, the caller must not see it
+        _note(on_convert, "unreadable mapping", "<attributes>")
         return {}
     out: dict[str, AttributeValue] = {}
-    for key, value in attributes.items():
+    for key, value in items:
         if key.__class__ is not str:
             key = to_text(key)
             _note(on_convert, "non-string key", key)

@@ -214,7 +214,7 @@ class Bridge:
             )
         return Session(identity, span, self)
 
-    def span(self, name: str, **attributes: Any) -> Any:
+    def span(self, name: str, /, **attributes: Any) -> Any:
         """A context manager around one span named ``name``, yielding the OpenTelemetry span.
 
         Attribute values are converted to what OpenTelemetry accepts (see
@@ -241,13 +241,13 @@ class Bridge:
         """
         return traced_by(lambda: self, name, attributes)
 
-    def task(self, name: str, **attributes: Any) -> AbstractContextManager[TaskHandle]:
+    def task(self, name: str, /, **attributes: Any) -> AbstractContextManager[TaskHandle]:
         """An ``agent_task`` span (``monitor.trace_source="task"``, ``task_name``), yielding a
         :class:`~verl_otel_bridge.agent_loop.TaskHandle` whose ``set_result`` sets ``status``,
         ``reward``, ``accuracy``, ``finished``, ``error``, ``reward_posted``."""
         return task_span(self, name, attributes)
 
-    def turn(self, turn: int, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]:
+    def turn(self, turn: int, /, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]:
         """An ``agent_turn`` span with integer ``turn`` and ``type``, yielding a
         :class:`~verl_otel_bridge.agent_loop.TurnHandle` whose ``record`` sets tokens, finish
         reason, tools, content and reasoning (each with its ``gen_ai.*`` twin)."""

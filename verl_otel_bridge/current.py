@@ -128,17 +128,17 @@ def session(*, state_lane_id: str | None = None, **identity: Unpack[IdentityFiel
     return get_bridge().session(state_lane_id=state_lane_id, **identity)
 
 
-def span(name: str, **attributes: Any) -> Any:
+def span(name: str, /, **attributes: Any) -> Any:
     """``get_bridge().span(...)``: see :meth:`Bridge.span`."""
     return get_bridge().span(name, **attributes)
 
 
-def task(name: str, **attributes: Any) -> AbstractContextManager[TaskHandle]:
+def task(name: str, /, **attributes: Any) -> AbstractContextManager[TaskHandle]:
     """``get_bridge().task(...)``: see :meth:`Bridge.task`."""
     return get_bridge().task(name, **attributes)
 
 
-def turn(turn: int, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]:
+def turn(turn: int, /, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]:
     """``get_bridge().turn(...)``: see :meth:`Bridge.turn`."""
     return get_bridge().turn(turn, type=type, **attributes)
 

@@ -35,9 +35,11 @@ def session_start_attributes(identity: SessionIdentity) -> dict[str, Any]:
 class _Steps(Protocol):
     """What a session needs from the bridge that made it."""
 
-    def task(self, name: str, **attributes: Any) -> AbstractContextManager[TaskHandle]: ...
+    def task(self, name: str, /, **attributes: Any) -> AbstractContextManager[TaskHandle]: ...
 
-    def turn(self, turn: int, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]: ...
+    def turn(
+        self, turn: int, /, *, type: str = "generate", **attributes: Any
+    ) -> AbstractContextManager[TurnHandle]: ...
 
 
 class Session:
@@ -55,11 +57,11 @@ class Session:
         self.trajectories: Sequence[Any] = ()
         self._bridge = bridge
 
-    def task(self, name: str, **attributes: Any) -> AbstractContextManager[TaskHandle]:
+    def task(self, name: str, /, **attributes: Any) -> AbstractContextManager[TaskHandle]:
         """An ``agent_task`` span in this session: see :meth:`Bridge.task`."""
         return self._bridge.task(name, **attributes)
 
-    def turn(self, turn: int, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]:
+    def turn(self, turn: int, /, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]:
         """An ``agent_turn`` span in this session: see :meth:`Bridge.turn`."""
         return self._bridge.turn(turn, type=type, **attributes)
 
@@ -115,7 +117,10 @@ def _trajectory_summaries(trajectories: Sequence[Any]) -> str:
     for trajectory in trajectories:
         summary = {}
         for name in TRAJECTORY_FIELDS:
-            value = trajectory.get(name) if isinstance(trajectory, dict) else getattr(trajectory, name, None)
+            try:
+                value = trajectory.get(name) if isinstance(trajectory, dict) else getattr(trajectory, name, None)
+            except Exception:  # noqa: BLE001 - a property that raises: the field is left out, the caller never sees it
+                value = None
             if isinstance(value, (int, float, str)) and not isinstance(value, bool):
                 summary[name] = value
             elif value is not None:

@@ -361,3 +361,43 @@ def test_a_malformed_rl_insight_config_variable_is_never_echoed(caplog: pytest.L
     assert "tok-secret-987" not in str(caught.value) and "VERL_OTEL_BRIDGE_RL_INSIGHT_CONFIG" in str(caught.value)
     _, problems = resolve_leniently({"VERL_OTEL_BRIDGE_RL_INSIGHT_CONFIG": raw})
     assert problems and all("tok-secret-987" not in p for p in problems)
+
+
+# -- class 9: span-time calls never raise into the caller ----------------------------------
+
+
+class RaisingMapping(dict[str, Any]):
+    def __getitem__(self, key: str) -> Any:
+        raise KeyError("no")
+
+    def items(self) -> Any:
+        raise RuntimeError("no items either")
+
+
+class RaisingTrajectory:
+    @property
+    def reward_score(self) -> float:
+        raise RuntimeError("lazy reward failed")
+
+    num_turns = 3
+
+
+def test_span_time_calls_with_odd_arguments_do_not_raise(make_bridge: Make) -> None:
+    bridge = make_bridge(exporter="memory")
+    now = time.time_ns()
+    bridge.record_span("pairs", start_time_ns=now, end_time_ns=now + 1, attributes=[("a", 1)])  # type: ignore[arg-type]
+    bridge.record_span("raising", start_time_ns=now, end_time_ns=now + 1, attributes=RaisingMapping(x=1))
+    with bridge.session(sample=0, session=0) as session:
+        with bridge.span("tool", name="search") as tool:  # `name` is an attribute here, not the span name
+            pass
+        with bridge.task("t", name="other"), bridge.turn(1, turn="ignored"):
+            pass
+        session.finish(status="success", trajectories=[RaisingTrajectory()])
+    spans = {s.name: s for s in finished(bridge)}
+    assert spans["pairs"].attributes["a"] == 1  # type: ignore[index]
+    assert "x" not in (spans["raising"].attributes or {})
+    assert tool.attributes["name"] == "search"  # type: ignore[attr-defined]
+    assert spans["agent_task"].attributes["name"] == "other"  # type: ignore[index]
+    assert spans["agent_turn"].attributes["turn"] == 1  # type: ignore[index]
+    assert json.loads(spans["agent_session"].attributes["monitor.trajectories"]) == [{"num_turns": 3}]  # type: ignore[index]
+    assert_balanced(bridge)
