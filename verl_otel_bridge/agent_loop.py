@@ -41,7 +41,7 @@ Clean = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 class SpanSource(Protocol):
     """What tasks and turns need from the bridge that makes them."""
 
-    def span(self, name: str, **attributes: Any) -> Any:
+    def span(self, name: str, /, **attributes: Any) -> Any:
         """A context manager around one span, yielding it."""
 
     def clean_attributes(self, attributes: Mapping[Any, Any]) -> dict[str, AttributeValue]:
