@@ -144,6 +144,11 @@ def _sequence(
     return _truncate(_to_json(list(value)), max_length, key, on_convert)
 
 
+def bounded_text(value: Any, max_length: int | None) -> str:
+    """``to_text(value)``, truncated to ``max_length`` characters with the truncation marker."""
+    return _truncate(to_text(value), max_length, "", None)
+
+
 def _truncate(text: str, max_length: int | None, key: str, on_convert: ConvertHook | None) -> str:
     if max_length is None or len(text) <= max_length:
         return text

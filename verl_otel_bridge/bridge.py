@@ -207,7 +207,7 @@ class Bridge:
             fields["project"] = self.config.project
         if fields.get("experiment_name") is None:
             fields["experiment_name"] = self.config.experiment_name
-        identity = SessionIdentity.create(**fields)
+        identity = SessionIdentity.create(max_length=self._max_attribute_length, **fields)
         with using_identity(identity):  # so no enclosing session's identity is stamped over it
             span = self.tracer.start_span(
                 SESSION_SPAN_NAME, attributes={**identity.attributes, **session_start_attributes(identity)}

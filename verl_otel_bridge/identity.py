@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from verl_otel_bridge.attributes import AttributeValue, to_attribute_value, to_text
+from verl_otel_bridge.attributes import AttributeValue, bounded_text, to_attribute_value
 from verl_otel_bridge.protocol import DEFAULT_EXPERIMENT_NAME, IDENTITY_KEYS
 from verl_otel_bridge.scopes import note_repair
 
@@ -105,34 +105,38 @@ class SessionIdentity:
     attributes: Mapping[str, AttributeValue] = field(compare=False, repr=False, hash=False)
 
     @classmethod
-    def create(cls, **fields: Unpack[IdentityFields]) -> SessionIdentity:
+    def create(cls, *, max_length: int | None = None, **fields: Unpack[IdentityFields]) -> SessionIdentity:
         """Apply RL-Insight 0.3.0's coercions to :class:`IdentityFields`.
 
         ``project``, ``uid`` and ``session_id`` become ``""`` when None;
-        ``experiment_name``, ``sample``, ``session`` and ``traj`` become strings;
-        ``global_steps`` is kept as given (``""`` when None) because the
-        dashboard compares it as a number.
+        ``experiment_name``, ``sample``, ``session`` and ``traj`` become strings,
+        each at most ``max_length`` characters (as every attribute, see
+        :mod:`verl_otel_bridge.attributes`); ``global_steps`` is kept as given
+        (``""`` when None) because the dashboard compares it as a number.
 
         Raises:
             TypeError: a keyword :class:`IdentityFields` does not declare, or no
                 ``sample``/``session`` (as a call with a wrong keyword would).
         """
         check_fields(fields)
+
+        def text(value: Any) -> str:
+            return bounded_text(value, max_length)
+
         experiment_name, project = fields.get("experiment_name"), fields.get("project")
         uid, global_steps, session_id = fields.get("uid"), fields.get("global_steps"), fields.get("session_id")
-        experiment = DEFAULT_EXPERIMENT_NAME if experiment_name is None else to_text(experiment_name)
-        sample_s, session_s = to_text(fields["sample"]), to_text(fields["session"])
-        traj_s = to_text(fields.get("traj", 0))
+        experiment = DEFAULT_EXPERIMENT_NAME if experiment_name is None else text(experiment_name)
+        sample_s, session_s, traj_s = text(fields["sample"]), text(fields["session"]), text(fields.get("traj", 0))
         values: dict[str, Any] = {
-            "project": "" if project is None else to_text(project),
+            "project": "" if project is None else text(project),
             "experiment_name": experiment,
             "sample": sample_s,
             "session": session_s,
             "traj": traj_s,
             "state_lane_id": state_lane_id(experiment, sample_s, session_s, traj_s),
-            "uid": "" if uid is None else to_text(uid),
+            "uid": "" if uid is None else text(uid),
             "global_steps": "" if global_steps is None else global_steps,
-            "session_id": "" if session_id is None else to_text(session_id),
+            "session_id": "" if session_id is None else text(session_id),
         }
         return cls._from_values(values)
 

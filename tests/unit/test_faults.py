@@ -401,3 +401,16 @@ def test_span_time_calls_with_odd_arguments_do_not_raise(make_bridge: Make) -> N
     assert spans["agent_turn"].attributes["turn"] == 1  # type: ignore[index]
     assert json.loads(spans["agent_session"].attributes["monitor.trajectories"]) == [{"num_turns": 3}]  # type: ignore[index]
     assert_balanced(bridge)
+
+
+# -- class 4 (identity part): identity values are bounded like every attribute ---------------
+
+
+def test_a_huge_identity_value_is_truncated_like_any_attribute(make_bridge: Make) -> None:
+    bridge = make_bridge(exporter="memory", max_attribute_length=1000)
+    with bridge.session(sample="x" * 1_000_000, session=0, uid="u" * 5000) as session, bridge.span("inside"):
+        pass
+    assert len(session.identity.sample) < 1100 and len(session.identity.uid) < 1100
+    for span in finished(bridge):
+        assert all(len(v) < 5000 for v in (span.attributes or {}).values() if isinstance(v, str)), span.name
+    assert_balanced(bridge)
