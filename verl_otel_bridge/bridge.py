@@ -11,6 +11,7 @@ import math
 import multiprocessing
 import multiprocessing.util
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -42,6 +43,7 @@ from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.protocol import SESSION_SPAN_NAME
 from verl_otel_bridge.scopes import SpanBlock
 from verl_otel_bridge.session import Session, session_start_attributes
+from verl_otel_bridge.signals import flush_on_sigterm
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -142,6 +144,8 @@ class Bridge:
         else:
             self.tracer = NoOpTracer()
         atexit.register(self._at_exit)
+        if self._provider is not None and self.config.handle_sigterm:
+            flush_on_sigterm(*_sigterm_hooks(weakref.ref(self)))
         self._mp_exit: multiprocessing.util.Finalize | None = None
         _shut_down_at_multiprocessing_exit(self)
         multiprocessing.util.register_after_fork(self, _shut_down_at_multiprocessing_exit)
@@ -481,6 +485,20 @@ def _own_tracer(provider: TracerProvider, processors: tuple[SpanProcessor, ...])
         SpanLimits(),
         InstrumentationScope("verl_otel_bridge", __version__),
     )
+
+
+def _sigterm_hooks(ref: weakref.ref[Bridge]) -> tuple[Callable[[], object], Callable[[], bool]]:
+    """What SIGTERM calls: flush the bridge within its ``shutdown_timeout_s``; and whether it is still running."""
+
+    def flush() -> object:
+        bridge = ref()
+        return bridge.force_flush(bridge.config.shutdown_timeout_s) if bridge is not None else None
+
+    def alive() -> bool:
+        bridge = ref()
+        return bridge is not None and not bridge._closed
+
+    return flush, alive
 
 
 def _shut_down_at_multiprocessing_exit(bridge: Bridge) -> None:

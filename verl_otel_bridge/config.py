@@ -107,6 +107,9 @@ class BridgeConfig:
             ``reasoning``, ``tool_args``, ``gen_ai.tool.call.arguments``).
         reminder_interval_s: while RL-Insight stays unusable, a reminder is
             logged this often.
+        handle_sigterm: on SIGTERM, flush queued spans (within
+            ``shutdown_timeout_s``) before the process stops as it otherwise would
+            (see :mod:`verl_otel_bridge.signals`); only bridges made in the main thread.
     """
 
     enabled: bool = True
@@ -130,6 +133,7 @@ class BridgeConfig:
     max_attribute_length: int = 32_768
     redact_attributes: tuple[str, ...] = ()
     reminder_interval_s: float = 600.0
+    handle_sigterm: bool = True
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -395,6 +399,7 @@ def _unknown_key_message(key: str, where: str) -> str:
 
 _FIELD_TYPES: dict[str, str] = {
     "enabled": "bool",
+    "handle_sigterm": "bool",
     "rl_insight_enable": "optional_bool",
     "memory_max_spans": "int",
     "max_queue_size": "int",

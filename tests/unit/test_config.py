@@ -119,6 +119,7 @@ PREFIXED_ENV = {
     "max_attribute_length": ("100", 100),
     "redact_attributes": (" content, tool_args ,", ("content", "tool_args")),
     "reminder_interval_s": ("30", 30.0),
+    "handle_sigterm": ("off", False),
 }
 
 

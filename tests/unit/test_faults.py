@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import subprocess
 import sys
 import time
@@ -414,3 +415,44 @@ def test_a_huge_identity_value_is_truncated_like_any_attribute(make_bridge: Make
     for span in finished(bridge):
         assert all(len(v) < 5000 for v in (span.attributes or {}).values() if isinstance(v, str)), span.name
     assert_balanced(bridge)
+
+
+# -- class 10: SIGTERM flushes within a bound, then the process stops as it would have -------
+
+TERMINATED = r"""
+import os, signal, sys
+import verl_otel_bridge as vob
+
+path, mode = sys.argv[1], sys.argv[2]
+if mode == "own-handler":
+    def own(signum, frame):
+        print("own handler ran", flush=True)
+        sys.exit(3)
+    signal.signal(signal.SIGTERM, own)
+vob.configure(
+    exporter="jsonl", jsonl_path=path, schedule_delay_ms=600_000, max_queue_size=4096,  # spans wait in the queue
+    handle_sigterm=mode != "opt-out", environ={},
+)
+for i in range(1500):
+    with vob.span("queued", i=i):
+        pass
+os.kill(os.getpid(), signal.SIGTERM)
+signal.pause()  # never reached with a handler that exits
+"""
+
+
+@pytest.mark.parametrize("mode", ["default", "own-handler", "opt-out"])
+def test_sigterm_flushes_queued_spans_then_hands_over(tmp_path: Path, mode: str) -> None:
+    path = tmp_path / "spans.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", TERMINATED, str(path), mode], capture_output=True, text=True, timeout=60
+    )
+    lines = path.read_text().splitlines() if path.exists() else []
+    if mode == "opt-out":  # the fault, as it was for everyone: the queue dies with the process
+        assert done.returncode == -signal.SIGTERM and len(lines) < 1500  # only what a full batch had sent
+        return
+    assert len(lines) == 1500, done.stderr[-2000:]
+    if mode == "default":
+        assert done.returncode == -signal.SIGTERM  # still dies of SIGTERM, as without the bridge
+    else:
+        assert done.returncode == 3 and "own handler ran" in done.stdout
