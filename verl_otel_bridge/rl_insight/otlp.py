@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlparse
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan
 
-from verl_otel_bridge.otlp_encoding import SpanEncoder
+from verl_otel_bridge.otlp.encoding import SpanEncoder
 from verl_otel_bridge.otlp_http import OtlpHttpSender, OtlpSendError
 from verl_otel_bridge.secrets import Scrubber
 
