@@ -90,7 +90,7 @@ def test_general_variables_apply_when_no_traces_variable_is_set(serve: Any) -> N
 def test_an_error_answer_is_quoted_and_not_retried(serve: Any) -> None:
     receiver = serve(OtlpSink(status=400))
     posting = sender(receiver.url)
-    with pytest.raises(OtlpSendError, match=r"answered 400 .*backend says no.*attempt 1, not retried") as raised:
+    with pytest.raises(OtlpSendError, match=r"answered 400 .*backend says no.*\(not retried\)") as raised:
         posting.send(b"x")
     assert raised.value.status == 400
     receiver.status = 200
@@ -144,7 +144,7 @@ def test_without_retry_after_the_backoff_grows_with_jitter(serve: Any) -> None:
 
 def test_retries_stop_after_max_attempts(serve: Any) -> None:
     receiver = serve(OtlpSink(status=503, answers=[(503, {"Retry-After": "0"})] * 10))
-    with pytest.raises(OtlpSendError, match=rf"answered 503 .*attempt {MAX_ATTEMPTS}"):
+    with pytest.raises(OtlpSendError, match=rf"answered 503 .*gave up after {MAX_ATTEMPTS} attempts"):
         sender(receiver.url).send(b"x")
     assert len(receiver.requests) == MAX_ATTEMPTS
 

@@ -220,13 +220,12 @@ class OtlpHttpSender:
             if response is not None and 200 <= response.status < 300:
                 return
             failure, status = self._describe(response, error)
-            retryable = response is None or retry.is_retry("POST", response.status, "Retry-After" in response.headers)
+            if response is not None and not retry.is_retry("POST", response.status, "Retry-After" in response.headers):
+                raise OtlpSendError(f"{failure} (not retried)", status)
             try:
-                if not retryable:
-                    raise OtlpSendError(failure, status)
                 retry = retry.increment("POST", self._url, response=response, error=error)
             except Exception:  # noqa: BLE001 - MaxRetryError, or urllib3 re-raising an error it does not retry
-                raise OtlpSendError(f"{failure} (attempt {attempt}, not retried)", status) from error
+                raise OtlpSendError(f"{failure} (gave up after {attempt} attempts)", status) from error
             delay = self._delay(retry, response)
             if time.monotonic() + delay >= end:
                 raise OtlpSendError(
