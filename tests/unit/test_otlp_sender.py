@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import verl_otel_bridge as vob
 from verl_otel_bridge.otlp.exporter import OtlpSpanExporter
 from verl_otel_bridge.otlp.sender import MAX_ATTEMPTS, OtlpHttpSender, OtlpSendError
 from verl_otel_bridge.otlp.settings import SenderSettings
@@ -44,6 +45,7 @@ def test_posts_protobuf_bodies_over_one_kept_alive_connection(serve: Any) -> Non
     assert [r["body"] for r in receiver.requests] == [b"batch 0", b"batch 1", b"batch 2"]
     assert {r["path"] for r in receiver.requests} == {"/v1/traces"}
     assert receiver.requests[0]["headers"]["content-type"] == "application/x-protobuf"
+    assert receiver.requests[0]["headers"]["user-agent"] == f"verl-otel-bridge/{vob.__version__}"
     assert receiver.connections == 1
 
 
@@ -299,8 +301,6 @@ def test_proxy_variables_are_honoured_unless_no_proxy_matches(serve: Any) -> Non
 
 
 def test_exporter_otlp_needs_urllib3_and_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    import verl_otel_bridge as vob
-
     monkeypatch.setitem(sys.modules, "urllib3", None)
     with pytest.raises(ValueError, match=r"exporter 'otlp' needs urllib3>=2.*pip install 'verl-otel-bridge\[otlp\]'"):
         vob.configure(exporter="otlp")

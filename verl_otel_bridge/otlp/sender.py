@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlparse
 
+from verl_otel_bridge._version import __version__
 from verl_otel_bridge.otlp.settings import DEFAULT_TIMEOUT_S, SenderSettings, check_url
 from verl_otel_bridge.secrets import mask_url
 
@@ -134,7 +135,8 @@ class OtlpHttpSender:
         self._url, authorization = credentials_from_url(endpoint)
         #: The endpoint as shown in logs and errors (no password).
         self.endpoint = str(mask_url(endpoint))
-        self._headers = {"Content-Type": "application/x-protobuf"}
+        # As OpenTelemetry's exporter, which names itself in User-Agent too.
+        self._headers = {"Content-Type": "application/x-protobuf", "User-Agent": f"verl-otel-bridge/{__version__}"}
         if authorization is not None:
             self._headers["Authorization"] = authorization
         self._headers.update(self.settings.headers)
