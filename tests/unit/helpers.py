@@ -66,15 +66,26 @@ class OtlpSink(http.server.ThreadingHTTPServer):
 
     With ``close_after_reply`` it drops the connection after each answer without
     saying so (no ``Connection: close``), like a server whose idle timeout fired.
+    ``answers`` are ``(status, headers)`` for the next POSTs in turn (e.g. a 429
+    with ``Retry-After``); after them, ``status``. Each recorded request has its
+    arrival time (``time.monotonic()``) and body size.
     """
 
     daemon_threads = True
 
-    def __init__(self, *, status: int = 200, close_after_reply: bool = False, hang: threading.Event | None = None):
+    def __init__(
+        self,
+        *,
+        status: int = 200,
+        close_after_reply: bool = False,
+        hang: threading.Event | None = None,
+        answers: Iterable[tuple[int, Mapping[str, str]]] = (),
+    ):
         self.requests: list[dict[str, Any]] = []
         self.connections = 0
         self.closed = 0
         self.status = status
+        self.answers = list(answers)
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -89,10 +100,19 @@ class OtlpSink(http.server.ThreadingHTTPServer):
                 if hang is not None:
                     hang.wait(10)
                 receiver.requests.append(
-                    {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+                    {
+                        "path": self.path,
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                        "body": body,
+                        "size": len(body),
+                        "time": time.monotonic(),
+                    }
                 )
-                answer = b"" if receiver.status == 200 else b"backend says no"
-                self.send_response(receiver.status)
+                status, headers = receiver.answers.pop(0) if receiver.answers else (receiver.status, {})
+                answer = b"" if status == 200 else b"backend says no"
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
                 self.wfile.write(answer)

@@ -514,7 +514,7 @@ def test_replay_reports_a_missing_otlp_dependency(
 ) -> None:
     capture = tmp_path / "spans.jsonl"
     make_capture(capture, make_bridge)
-    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    monkeypatch.setitem(sys.modules, "urllib3", None)
     result = run("replay", str(capture), "--to", "otlp")
     assert result.exit_code == 2
     assert "pip install 'verl-otel-bridge[otlp]'" in result.stderr

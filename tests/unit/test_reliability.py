@@ -496,7 +496,6 @@ def _assert_no_secret(bridge: Bridge, logs: pytest.LogCaptureFixture) -> None:
 def test_credentials_stay_out_of_status_reprs_and_logs(
     monkeypatch: pytest.MonkeyPatch, logs: pytest.LogCaptureFixture, otlp_sink: OtlpSink
 ) -> None:
-    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer {SECRET}")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp_sink.url)
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", f"http://user:{SECRET}@rl-insight.internal:8265")
@@ -564,7 +563,6 @@ def _listening_socket_inodes() -> set[str]:
 def test_the_bridge_opens_no_listening_socket(
     monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], otlp_sink: OtlpSink, tmp_path: Path
 ) -> None:
-    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
     before = _listening_socket_inodes()
     assert before, "the test's own OTLP sink should be listening (is /proc/net/tcp readable?)"
     fake = usable_rl_insight(monkeypatch)  # RL-Insight, with the otlp transport's discovery attempt

@@ -8,9 +8,6 @@ environment is scrubbed from every other line.
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import platform
@@ -21,8 +18,10 @@ from typing import Any
 from verl_otel_bridge._version import __version__, distribution_version
 from verl_otel_bridge.config import BridgeConfig, value_sources
 from verl_otel_bridge.export.route import Route
+from verl_otel_bridge.otlp.sender import import_urllib3
+from verl_otel_bridge.otlp.settings import SenderSettings, check_protocol, traces_endpoint
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
-from verl_otel_bridge.rl_insight.otlp import TRACES_PATH, fetch_services, trace_endpoint
+from verl_otel_bridge.rl_insight.otlp import fetch_services, trace_endpoint
 from verl_otel_bridge.secrets import Scrubber, mask_url, masked, secrets_in
 
 #: How long ``doctor`` waits for the RL-Insight server.
@@ -45,17 +44,6 @@ def _environment_secrets(environ: Mapping[str, str]) -> set[str]:
 
 
 # -- doctor ----------------------------------------------------------------------
-
-
-def _has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _otlp_http_available() -> bool:
-    return _has_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
 
 
 def check_server(server_url: str, timeout_s: float = SERVER_TIMEOUT_S) -> dict[str, Any]:
@@ -120,21 +108,16 @@ def _local_check(name: str, config: BridgeConfig, environ: Mapping[str, str]) ->
         check["ok"] = writable
         check["detail"] = f"appended to {path}" if writable else f"{path} cannot be written"
     elif name == "otlp":
-        endpoint = (
-            config.otlp_endpoint
-            or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            or (
-                environ["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + TRACES_PATH
-                if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-                else None
-            )
-            or f"http://localhost:4318{TRACES_PATH}"
-        )
-        if _otlp_http_available():
-            check["detail"] = f"OTLP/HTTP to {mask_url(endpoint)}"
-        else:
+        try:
+            check_protocol(environ)
+            endpoint, _ = traces_endpoint(environ, config.otlp_endpoint, "otlp_endpoint")
+            SenderSettings.from_environment(environ)
+            import_urllib3("exporter 'otlp'")
+        except ValueError as exc:
             check["ok"] = False
-            check["detail"] = "needs opentelemetry-exporter-otlp-proto-http: pip install 'verl-otel-bridge[otlp]'"
+            check["detail"] = str(exc)
+        else:
+            check["detail"] = f"OTLP/HTTP to {mask_url(endpoint)}"
     return check
 
 
@@ -182,7 +165,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         "verl-otel-bridge": __version__,
         "opentelemetry-api": distribution_version("opentelemetry-api"),
         "opentelemetry-sdk": distribution_version("opentelemetry-sdk"),
-        "opentelemetry-exporter-otlp-proto-http": distribution_version("opentelemetry-exporter-otlp-proto-http"),
+        "urllib3": distribution_version("urllib3"),
         "rl-insight": static.installed or rl_insight_compat.installed_version(),  # the probe's metadata lookup
         "rl_insight.__version__": static.version,
         "ray": ray_version,

@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.export.queue import ExportQueue, QueueSettings
 from verl_otel_bridge.identity import SessionIdentity, current_identity
+from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger("verl_otel_bridge.export.processors")
 
@@ -24,6 +25,7 @@ def within(deadline: float, work: Callable[[], bool], what: str) -> bool:
     done: list[bool] = []
 
     def run() -> None:
+        suppress_instrumentation_in_this_thread()  # an exporter's flush may send, untraced like its exports
         try:
             done.append(bool(work()))
         except Exception:

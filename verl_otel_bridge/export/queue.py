@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge.accounting import HotCounter
 from verl_otel_bridge.forks import reinit_after_fork
+from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger("verl_otel_bridge.export.queue")
 
@@ -131,6 +132,7 @@ class ExportQueue:
         return abandoned
 
     def _run(self) -> None:
+        suppress_instrumentation_in_this_thread()  # exporters' own requests make no spans
         while True:
             self._wake.wait(self._delay_s or None)  # zero: sleep until woken, never spin
             self._wake.clear()

@@ -34,12 +34,15 @@ def named_exporter(name: str, config: BridgeConfig) -> SpanExporter:
 
 
 def otlp_exporter(config: BridgeConfig) -> SpanExporter:
-    """OpenTelemetry's OTLP/HTTP exporter; ``OTEL_EXPORTER_OTLP_*`` variables configure it."""
-    try:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    except ImportError:
-        raise ValueError(
-            "verl_otel_bridge: exporter 'otlp' needs opentelemetry-exporter-otlp-proto-http; "
-            "install it with: pip install 'verl-otel-bridge[otlp]'"
-        ) from None
-    return OTLPSpanExporter(endpoint=config.otlp_endpoint) if config.otlp_endpoint else OTLPSpanExporter()
+    """The package's OTLP/HTTP exporter, configured as OpenTelemetry's would be (``OTEL_EXPORTER_OTLP_*``).
+
+    ``otlp_endpoint``, when set, is the traces URL as it is.
+
+    Raises:
+        ValueError: a bad ``OTEL_EXPORTER_OTLP_*`` value, or urllib3 (the ``otlp`` extra) is missing.
+    """
+    from verl_otel_bridge.otlp.exporter import OtlpSpanExporter
+    from verl_otel_bridge.otlp.sender import import_urllib3
+
+    import_urllib3("exporter 'otlp'")
+    return OtlpSpanExporter.from_environment(endpoint=config.otlp_endpoint)

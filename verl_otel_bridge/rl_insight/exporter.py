@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,7 +24,7 @@ from verl_otel_bridge.rl_insight.compat import Probe
 from verl_otel_bridge.rl_insight.gauges import GaugePublisher
 from verl_otel_bridge.rl_insight.hub import HubTransport
 from verl_otel_bridge.rl_insight.notices import UnusableNotice
-from verl_otel_bridge.rl_insight.otlp import DEFAULT_NAMESPACE, OtlpTransport
+from verl_otel_bridge.rl_insight.otlp import DEFAULT_NAMESPACE, OtlpTransport, otlp_settings
 from verl_otel_bridge.rl_insight.sessions import is_session_span, publish_session_gauges
 
 logger = logging.getLogger("verl_otel_bridge.rl_insight.exporter")
@@ -96,6 +97,8 @@ class RLInsightSpanExporter(SpanExporter):
             fallback_name=self.fallback_name,
             reminder_interval_s=self.config.reminder_interval_s,
         )
+        # Checked now, so a bad OTEL_EXPORTER_OTLP_* value raises at configure().
+        self._otlp_settings = otlp_settings(self.config.rl_insight_transport, os.environ)
         self._otlp: OtlpTransport | None = None
         self._last_transport: str | None = None
         self._hub = HubTransport()
@@ -128,8 +131,11 @@ class RLInsightSpanExporter(SpanExporter):
         for span in spans:
             if is_session_span(span):
                 self._gauges.submit((probe, span))
-        if self._otlp_ready(probe.module) and self._send_otlp(spans, attributes):
-            return SpanExportResult.SUCCESS
+        if self._otlp_ready(probe.module):
+            sent = self._send_otlp(spans, attributes)
+            if sent == len(spans):
+                return SpanExportResult.SUCCESS
+            spans, attributes = spans[sent:], attributes[sent:]
         return self._send_hub(probe, spans, attributes)
 
     def _send_hub(
@@ -169,7 +175,7 @@ class RLInsightSpanExporter(SpanExporter):
         return self._to_fallback(spans[outcome.sent :])
 
     def _otlp_ready(self, module: Any = None) -> bool:
-        if self.config.rl_insight_transport == "hub":
+        if self._otlp_settings is None:  # the hub transport, or auto without urllib3
             return False
         if self._otlp is None:
             section = (self.config.rl_insight_config or {}).get("server")
@@ -185,6 +191,7 @@ class RLInsightSpanExporter(SpanExporter):
                 labels=dict(labels)
                 if isinstance(labels, Mapping)
                 else {"project": self.config.project, "experiment_name": self.config.experiment_name},
+                settings=self._otlp_settings,
             )
         ready = self._otlp.available()
         if not ready and self.config.rl_insight_transport == "otlp":
@@ -196,23 +203,26 @@ class RLInsightSpanExporter(SpanExporter):
             )
         return ready
 
-    def _send_otlp(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> bool:
+    def _send_otlp(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> int:
+        """How many leading spans the endpoint accepted; the rest are for the hub."""
         assert self._otlp is not None
-        if self._otlp.send(spans, attributes):
+        sent = self._otlp.send(spans, attributes)
+        if sent:
             self._last_transport = "otlp"
-            self.counts.add("exported.rl_insight_otlp", len(spans))
-            return True
+            self.counts.add("exported.rl_insight_otlp", sent)
+        if sent == len(spans):
+            return sent
         self.counts.add("otlp_failed_batches")
         self._once.log(
             "otlp-failed",
             logging.WARNING,
             "sending %d spans to %s failed (%s); they go through RL-Insight's hub, and the endpoint is retried "
             "with backoff",
-            len(spans),
+            len(spans) - sent,
             self._otlp.endpoint,
             self._otlp.last_error,
         )
-        return False
+        return sent
 
     def _static_probe(self) -> Probe:
         with self._lock:

@@ -21,6 +21,7 @@ from typing import Generic, TypeVar
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.logs import OnceLogger
+from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger("verl_otel_bridge.rl_insight.gauges")
 
@@ -94,6 +95,7 @@ class GaugePublisher(Generic[Item]):
             self._queue.put_nowait(_STOP)
 
     def _run(self) -> None:
+        suppress_instrumentation_in_this_thread()  # RL-Insight's calls from here make no spans
         while True:
             item = self._queue.get()
             try:

@@ -17,7 +17,6 @@ exporter uses the hub.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -26,13 +25,20 @@ import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan
 
-from verl_otel_bridge.otlp_encoding import SpanEncoder
-from verl_otel_bridge.otlp_http import OtlpHttpSender, OtlpSendError
+from verl_otel_bridge.otlp.exporter import OtlpSpanExporter
+from verl_otel_bridge.otlp.sender import (
+    OtlpHttpSender,
+    OtlpSendError,
+    credentials_from_url,
+    environment_proxies,
+    import_urllib3,
+)
+from verl_otel_bridge.otlp.settings import SenderSettings
 from verl_otel_bridge.secrets import Scrubber
 
 logger = logging.getLogger("verl_otel_bridge.rl_insight.otlp")
@@ -42,6 +48,9 @@ DEFAULT_NAMESPACE = "rl_insight_monitor"
 SERVICES_PATH = "/api/v1/services"
 TRACES_PATH = "/v1/traces"
 
+#: For discovery, and the export timeout unless ``OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT`` says otherwise:
+#: a batch the endpoint does not take within it goes through the hub.
+DEFAULT_TIMEOUT_S = 5.0
 _BACKOFF_START_S = 1.0
 _BACKOFF_MAX_S = 60.0
 
@@ -56,15 +65,10 @@ def fetch_services(server_url: str, timeout_s: float) -> dict[str, Any]:
         OSError: the server did not answer (``urllib.error.URLError`` is an ``OSError``).
         ValueError: the answer is not a JSON object.
     """
-    parsed = urlparse(server_url.rstrip("/"))
-    netloc = parsed.hostname or ""
-    netloc = f"[{netloc}]" if ":" in netloc else netloc
-    if parsed.port is not None:
-        netloc = f"{netloc}:{parsed.port}"
-    request = urllib.request.Request(parsed._replace(netloc=netloc).geturl() + SERVICES_PATH)  # noqa: S310
-    if parsed.username is not None:
-        token = base64.b64encode(f"{unquote(parsed.username)}:{unquote(parsed.password or '')}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
+    url, authorization = credentials_from_url(server_url.rstrip("/"))
+    request = urllib.request.Request(url + SERVICES_PATH)  # noqa: S310
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
     with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
         data = json.loads(response.read().decode("utf-8"))
     if not isinstance(data, dict):
@@ -120,20 +124,43 @@ class _Backoff:
         self.next_at = 0.0
 
 
+def otlp_settings(transport: str, environ: Mapping[str, str]) -> SenderSettings | None:
+    """The sender settings the ``otlp``/``auto`` transport will use, checked now; None for ``hub``.
+
+    Under ``auto`` a missing urllib3 means the hub (logged once); under ``otlp`` it is a mistake.
+
+    Raises:
+        ValueError: a bad ``OTEL_EXPORTER_OTLP_*`` value, or ``otlp`` without urllib3.
+    """
+    if transport == "hub":
+        return None
+    try:
+        import_urllib3("rl_insight_transport=otlp")
+    except ValueError as exc:
+        if transport == "otlp":
+            raise
+        logger.info("%s; spans go through RL-Insight's hub", exc)
+        return None
+    return SenderSettings.from_environment(environ, default_timeout_s=DEFAULT_TIMEOUT_S)
+
+
 class OtlpTransport:
     """Discovers RL-Insight's trace endpoint and sends span batches there as the hub would.
 
-    Batches are encoded by :class:`~verl_otel_bridge.otlp_encoding.SpanEncoder`
-    and posted by :class:`~verl_otel_bridge.otlp_http.OtlpHttpSender`, which
-    reads the same ``OTEL_EXPORTER_OTLP_*`` variables (headers, compression, TLS)
-    as the hub's exporter.
+    Batches are encoded and posted by :class:`~verl_otel_bridge.otlp.exporter.OtlpSpanExporter`,
+    with the same ``OTEL_EXPORTER_OTLP_*`` variables (headers, timeout, compression, TLS)
+    the hub's exporter reads.
 
     Args:
         server_url: RL-Insight's server URL.
         namespace: the resource ``service.name`` (RL-Insight's ``server.namespace``).
         labels: what the hub adds to every span (``project``, ``experiment_name``).
-        timeout_s: for discovery and for each export request.
-        environ: where the ``OTEL_EXPORTER_OTLP_*`` variables are read (default ``os.environ``).
+        timeout_s: for discovery.
+        settings: how batches are sent (default: from ``environ``, export timeout ``timeout_s``).
+        environ: where the ``OTEL_EXPORTER_OTLP_*`` and proxy variables are read (default ``os.environ``).
+
+    Raises:
+        ValueError: as :func:`otlp_settings` with ``otlp``.
     """
 
     def __init__(
@@ -142,18 +169,22 @@ class OtlpTransport:
         *,
         namespace: str = DEFAULT_NAMESPACE,
         labels: Mapping[str, Any] | None = None,
-        timeout_s: float = 5.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        settings: SenderSettings | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.server_url = server_url
         self.namespace = namespace
         self.timeout_s = timeout_s
         self._environ = os.environ if environ is None else environ
+        if settings is None:
+            import_urllib3("rl_insight_transport=otlp")
+            settings = SenderSettings.from_environment(self._environ, default_timeout_s=timeout_s)
+        self._settings = settings
         # What the hub adds, in the order it adds it; the span's own attributes win.
         self._added = {"process_id": str(os.getpid()), **{k: v for k, v in (labels or {}).items() if v is not None}}
         self._resource = Resource.create({SERVICE_NAME: namespace})
-        self._encoder = SpanEncoder()
-        self._sender: OtlpHttpSender | None = None
+        self._exporter: OtlpSpanExporter | None = None
         self._lock = threading.Lock()
         self._discovery = _Backoff()
         self._sending = _Backoff()
@@ -162,33 +193,35 @@ class OtlpTransport:
     @property
     def endpoint(self) -> str | None:
         """The trace endpoint, once discovered."""
-        return self._sender.endpoint if self._sender is not None else None
+        return self._exporter.sender.endpoint if self._exporter is not None else None
 
     def available(self) -> bool:
         """Discover if needed (never more often than the backoff allows); True when sending may be tried."""
         with self._lock:
-            if self._sender is None:
+            if self._exporter is None:
                 if not self._discovery.ready():
                     return False
                 self._discover()
-            return (self._sender is not None) and self._sending.ready()
+            return (self._exporter is not None) and self._sending.ready()
 
-    def send(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> bool:
-        """Export ``spans`` with ``attributes`` (one mapping per span) in one request; True if accepted."""
-        sender = self._sender
-        if sender is None:
-            return False
+    def send(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> int:
+        """Export ``spans`` with ``attributes`` (one mapping per span); how many leading spans were accepted.
+
+        All of them on success; fewer when a batch split under the request-size
+        limit failed part way (those after are for the hub).
+        """
+        exporter = self._exporter
+        if exporter is None:
+            return 0
         added = self._added
         error: str | None = None
+        delivered = len(spans)
         try:
-            body = self._encoder.encode(
-                spans, resource=self._resource, attributes=[{**added, **attrs} for attrs in attributes]
-            )
-            sender.send(body)
+            exporter.deliver(spans, resource=self._resource, attributes=[{**added, **attrs} for attrs in attributes])
         except OtlpSendError as exc:
-            error = str(exc)
+            error, delivered = str(exc), exc.delivered
         except Exception as exc:  # noqa: BLE001 - an encoding bug must not lose the batch: the hub takes it
-            error = f"{type(exc).__name__}: {exc}"
+            error, delivered = f"{type(exc).__name__}: {exc}", 0
         with self._lock:
             if error is None:
                 self._sending.succeeded()
@@ -196,18 +229,18 @@ class OtlpTransport:
             else:
                 self._sending.failed()
                 self.last_error = error
-        return error is None
+        return delivered
 
     def shutdown(self) -> None:
-        """Close the connection to the endpoint."""
-        if self._sender is not None:
-            self._sender.close()
+        """Close the connection to the endpoint (ending a wait between retries)."""
+        if self._exporter is not None:
+            self._exporter.shutdown()
 
     def _discover(self) -> None:
         try:
             endpoint = discover_trace_endpoint(self.server_url, self.timeout_s)
-            sender = (
-                OtlpHttpSender.from_environment(endpoint, timeout_s=self.timeout_s, environ=self._environ)
+            exporter = (
+                OtlpSpanExporter(OtlpHttpSender(endpoint, self._settings, proxies=environment_proxies(self._environ)))
                 if endpoint is not None
                 else None
             )
@@ -218,10 +251,10 @@ class OtlpTransport:
             )
             logger.info("%s; retrying in %.0f s, spans use the hub meanwhile", self.last_error, self._discovery.delay_s)
             return
-        if sender is None:
+        if exporter is None:
             self._discovery.failed()
             self.last_error = "RL-Insight's server advertises no otlp_port"
             return
-        self._sender = sender
+        self._exporter = exporter
         self._discovery.succeeded()
-        logger.info("RL-Insight trace endpoint discovered: %s (spans go there directly)", sender.endpoint)
+        logger.info("RL-Insight trace endpoint discovered: %s (spans go there directly)", exporter.sender.endpoint)
