@@ -8,6 +8,7 @@ passes dicts, numpy scalars and tool results; the bridge converts them instead:
 value                       becomes
 ==========================  =================================================
 str, bool, int, float       itself (strings longer than the limit truncated)
+int outside int64           its decimal text (OTLP carries int64 only)
 None                        the key is left out
 bytes                       UTF-8 text (invalid bytes replaced)
 numpy scalar / ``.item()``  the Python scalar it holds
@@ -36,7 +37,8 @@ AttributeValue: TypeAlias = Primitive | Sequence[str] | Sequence[bool] | Sequenc
 TRUNCATION_MARKER = "...[truncated {} chars]"
 
 _PRIMITIVES = (str, bool, int, float)
-_FAST_TYPES = frozenset({bool, int, float})
+_FAST_TYPES = frozenset({bool, float})
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 #: Called as ``on_convert(kind, key)`` whenever a value had to be changed.
 ConvertHook = Callable[[str, str], None]
@@ -49,6 +51,8 @@ def to_attribute_value(
     cls = value.__class__
     if cls in _FAST_TYPES:
         return value  # type: ignore[no-any-return]
+    if cls is int:
+        return _int(value, key, on_convert)
     if cls is str:
         return _truncate(value, max_length, key, on_convert)
     if value is None:
@@ -83,7 +87,11 @@ def clean_attributes(
             key = to_text(key)
             _note(on_convert, "non-string key", key)
         cls = value.__class__
-        if cls in _FAST_TYPES or (cls is str and (max_length is None or len(value) <= max_length)):
+        if (
+            cls in _FAST_TYPES
+            or (cls is int and INT64_MIN <= value <= INT64_MAX)
+            or (cls is str and (max_length is None or len(value) <= max_length))
+        ):
             out[key] = value
             continue
         converted = to_attribute_value(value, max_length, key=key, on_convert=on_convert)
@@ -97,7 +105,13 @@ def _convert(value: Any, max_length: int | None, key: str, on_convert: ConvertHo
         if isinstance(value, str):
             return _truncate(str(value), max_length, key, on_convert)
         _note(on_convert, "scalar", key)
-        return bool(value) if isinstance(value, bool) else int(value) if isinstance(value, int) else float(value)
+        return (
+            bool(value)
+            if isinstance(value, bool)
+            else _int(int(value), key, on_convert)
+            if isinstance(value, int)
+            else float(value)
+        )
     if isinstance(value, (bytes, bytearray, memoryview)):
         _note(on_convert, "bytes", key)
         return _truncate(bytes(value).decode("utf-8", "replace"), max_length, key, on_convert)
@@ -108,9 +122,9 @@ def _convert(value: Any, max_length: int | None, key: str, on_convert: ConvertHo
             _note(on_convert, "scalar", key)
             if isinstance(scalar, str):
                 return _truncate(str(scalar), max_length, key, on_convert)
-            return (
-                bool(scalar) if isinstance(scalar, bool) else int(scalar) if isinstance(scalar, int) else float(scalar)
-            )
+            if isinstance(scalar, bool):
+                return scalar
+            return _int(int(scalar), key, on_convert) if isinstance(scalar, int) else float(scalar)
     if isinstance(value, Mapping):
         _note(on_convert, "mapping", key)
         return _truncate(_to_json(value), max_length, key, on_convert)
@@ -142,6 +156,13 @@ def _sequence(
         return tuple(float(v) for v in items)  # type: ignore[arg-type]
     _note(on_convert, "mixed sequence", key)
     return _truncate(_to_json(list(value)), max_length, key, on_convert)
+
+
+def _int(value: int, key: str, on_convert: ConvertHook | None) -> int | str:
+    if INT64_MIN <= value <= INT64_MAX:
+        return value
+    _note(on_convert, "int64 overflow", key)
+    return str(value)
 
 
 def bounded_text(value: Any, max_length: int | None) -> str:

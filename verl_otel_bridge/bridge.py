@@ -57,6 +57,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: ``record_span`` times below this (about 11 days after the epoch, in ns) are
 #: almost certainly seconds or milliseconds passed by mistake.
 _MIN_PLAUSIBLE_TIME_NS = 10**15
+_MAX_TIME_NS = 2**64
 
 
 class _NoopSpanContext:
@@ -211,7 +212,9 @@ class Bridge:
             fields["project"] = self.config.project
         if fields.get("experiment_name") is None:
             fields["experiment_name"] = self.config.experiment_name
-        identity = SessionIdentity.create(max_length=self._max_attribute_length, **fields)
+        identity = SessionIdentity.create(
+            max_length=self._max_attribute_length, on_convert=self._note_conversion, **fields
+        )
         with using_identity(identity):  # so no enclosing session's identity is stamped over it
             span = self.tracer.start_span(
                 SESSION_SPAN_NAME, attributes={**identity.attributes, **session_start_attributes(identity)}
@@ -544,6 +547,8 @@ def _timing_problem(start: Any, end: Any) -> str | None:
             return "times must be integer nanoseconds"
     if start < 0 or end < 0:
         return "negative time"
+    if end >= _MAX_TIME_NS:
+        return "time beyond what OTLP carries (2**64 ns, the year 2554)"
     if start < _MIN_PLAUSIBLE_TIME_NS:
         return "times look like seconds or milliseconds, not nanoseconds"
     if end < start:

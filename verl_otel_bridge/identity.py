@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from verl_otel_bridge.attributes import AttributeValue, bounded_text, to_attribute_value
+from verl_otel_bridge.attributes import AttributeValue, ConvertHook, bounded_text, to_attribute_value
 from verl_otel_bridge.protocol import DEFAULT_EXPERIMENT_NAME, IDENTITY_KEYS
 from verl_otel_bridge.scopes import note_repair
 
@@ -105,14 +105,18 @@ class SessionIdentity:
     attributes: Mapping[str, AttributeValue] = field(compare=False, repr=False, hash=False)
 
     @classmethod
-    def create(cls, *, max_length: int | None = None, **fields: Unpack[IdentityFields]) -> SessionIdentity:
+    def create(
+        cls, *, max_length: int | None = None, on_convert: ConvertHook | None = None, **fields: Unpack[IdentityFields]
+    ) -> SessionIdentity:
         """Apply RL-Insight 0.3.0's coercions to :class:`IdentityFields`.
 
         ``project``, ``uid`` and ``session_id`` become ``""`` when None;
         ``experiment_name``, ``sample``, ``session`` and ``traj`` become strings,
         each at most ``max_length`` characters (as every attribute, see
         :mod:`verl_otel_bridge.attributes`); ``global_steps`` is kept as given
-        (``""`` when None) because the dashboard compares it as a number.
+        (``""`` when None) because the dashboard compares it as a number, and its
+        attribute becomes text only outside int64. ``on_convert`` hears of each
+        value that had to be changed (see :mod:`verl_otel_bridge.attributes`).
 
         Raises:
             TypeError: a keyword :class:`IdentityFields` does not declare, or no
@@ -138,7 +142,7 @@ class SessionIdentity:
             "global_steps": "" if global_steps is None else global_steps,
             "session_id": "" if session_id is None else text(session_id),
         }
-        return cls._from_values(values)
+        return cls._from_values(values, on_convert)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SessionIdentity:
@@ -167,8 +171,8 @@ class SessionIdentity:
         return identity
 
     @classmethod
-    def _from_values(cls, values: dict[str, Any]) -> SessionIdentity:
-        attributes = {key: to_attribute_value(value) for key, value in values.items()}
+    def _from_values(cls, values: dict[str, Any], on_convert: ConvertHook | None = None) -> SessionIdentity:
+        attributes = {key: to_attribute_value(value, key=key, on_convert=on_convert) for key, value in values.items()}
         return cls(**values, attributes={k: v for k, v in attributes.items() if v is not None})
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,8 +7,10 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge import Bridge
@@ -58,6 +60,26 @@ def assert_balanced(bridge: Bridge) -> dict[str, Any]:
 
 def span_count(bridge: Bridge) -> int:
     return bridge.status()["counters"]["ended"]
+
+
+@dataclass(frozen=True)
+class ReceivedSpan:
+    """A span as an OTLP receiver decoded it: its name and attributes as Python values."""
+
+    name: str
+    attributes: dict[str, Any]
+
+    @classmethod
+    def of(cls, span: Any) -> ReceivedSpan:
+        return cls(span.name, {kv.key: any_value(kv.value) for kv in span.attributes})
+
+
+def any_value(value: Any) -> Any:
+    """An OTLP ``AnyValue`` as the Python value it carries."""
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return tuple(any_value(item) for item in value.array_value.values)
+    return getattr(value, kind) if kind else None
 
 
 class OtlpSink(http.server.ThreadingHTTPServer):
@@ -130,6 +152,16 @@ class OtlpSink(http.server.ThreadingHTTPServer):
 
         super().__init__(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
+
+    def spans(self) -> list[ReceivedSpan]:
+        """Every span received so far, decoded, in arrival order."""
+        received = []
+        for request in self.requests:
+            message = ExportTraceServiceRequest.FromString(request["body"])
+            for resource_spans in message.resource_spans:
+                for scope_spans in resource_spans.scope_spans:
+                    received += [ReceivedSpan.of(span) for span in scope_spans.spans]
+        return received
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that gave up (the timeout test) breaks the pipe; the tests check what arrived

@@ -27,7 +27,7 @@ from verl_otel_bridge.accounting import balance
 from verl_otel_bridge.config import resolve_leniently
 from verl_otel_bridge.identity import current_identity
 
-from .helpers import assert_balanced, finished
+from .helpers import WAIT_S, OtlpSink, assert_balanced, finished
 
 Make = Callable[..., Bridge]
 
@@ -456,3 +456,41 @@ def test_sigterm_flushes_queued_spans_then_hands_over(tmp_path: Path, mode: str)
         assert done.returncode == -signal.SIGTERM  # still dies of SIGTERM, as without the bridge
     else:
         assert done.returncode == 3 and "own handler ran" in done.stdout
+
+
+# -- class 4: one bad span never poisons its batch; out-of-range numbers are converted --------
+
+
+def test_record_span_refuses_a_time_otlp_cannot_carry(make_bridge: Make) -> None:
+    bridge = make_bridge(exporter="memory")
+    now = time.time_ns()
+    bridge.record_span("far future", start_time_ns=now, end_time_ns=10**30)
+    assert bridge.status()["counters"]["invalid"] == 1 and finished(bridge) == []
+
+
+def test_a_span_the_encoder_cannot_encode_is_left_out_alone(serve: Any, make_bridge: Make) -> None:
+    sink = serve(OtlpSink())
+    bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url, max_export_batch_size=512, schedule_delay_ms=60_000)
+    tracer = bridge.tracer
+    for i in range(511):
+        with bridge.span("fine", i=i):
+            pass
+    bad = tracer.start_span("set straight on the SDK span")
+    bad.end(end_time=10**30)  # past what OTLP's fixed64 carries
+    assert bridge.force_flush(WAIT_S)
+    counters = assert_balanced(bridge)
+    assert counters["exported"]["otlp"] == 511 and counters["failed"] == 1
+    assert len(sink.spans()) == 511
+
+
+def test_integers_beyond_int64_are_converted_and_counted(serve: Any, make_bridge: Make) -> None:
+    sink = serve(OtlpSink())
+    bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url)
+    with bridge.session(sample=0, session=0, global_steps=2**70), bridge.span("big", value=2**70, ok=7):
+        pass
+    assert bridge.force_flush(WAIT_S)
+    counters = assert_balanced(bridge)
+    assert counters["exported"]["otlp"] == 2 and counters["converted"] >= 2
+    received = {span.name: span for span in sink.spans()}
+    assert received["big"].attributes["value"] == str(2**70) and received["big"].attributes["ok"] == 7
+    assert received["agent_session"].attributes["global_steps"] == str(2**70)

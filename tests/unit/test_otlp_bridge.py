@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -38,11 +37,7 @@ def instrumented_urllib3() -> Iterator[Callable[[TracerProvider], None]]:
 
 
 def _posted_span_names(sink: OtlpSink) -> list[str]:
-    names = []
-    for request in sink.requests:
-        message = ExportTraceServiceRequest.FromString(request["body"])
-        names += [span.name for rs in message.resource_spans for ss in rs.scope_spans for span in ss.spans]
-    return names
+    return [span.name for span in sink.spans()]
 
 
 @pytest.mark.parametrize("route", ["exporter-otlp", "rl-insight-otlp-transport"])

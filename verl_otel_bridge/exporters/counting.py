@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge.accounting import SpanCounts
-from verl_otel_bridge.exporters.base import WrappingSpanExporter
+from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out
 
 logger = logging.getLogger("verl_otel_bridge.exporters")
 
@@ -17,7 +17,9 @@ logger = logging.getLogger("verl_otel_bridge.exporters")
 class CountingSpanExporter(WrappingSpanExporter):
     """Counts accepted spans under ``key`` and refused or raised ones under ``failed``.
 
-    Never raises: an exception from the inner exporter becomes ``FAILURE``.
+    Spans an exporter left out of a batch it otherwise sent (see
+    :class:`~verl_otel_bridge.exporters.base.LeavesOut`) count as failed, the rest
+    as accepted. Never raises: an exception from the inner exporter becomes ``FAILURE``.
     """
 
     def __init__(self, inner: SpanExporter, counts: SpanCounts, key: str) -> None:
@@ -31,5 +33,7 @@ class CountingSpanExporter(WrappingSpanExporter):
         except Exception:
             logger.exception("%s exporter raised on %d spans", self.key, len(spans))
             result = SpanExportResult.FAILURE
-        self.counts.add(self.key if result is SpanExportResult.SUCCESS else "failed", len(spans))
+        accepted = len(spans) - left_out(self.inner) if result is SpanExportResult.SUCCESS else 0
+        self.counts.add(self.key, accepted)
+        self.counts.add("failed", len(spans) - accepted)
         return result

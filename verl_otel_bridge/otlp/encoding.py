@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -139,14 +139,19 @@ class SpanEncoder:
         *,
         resource: Resource | None = None,
         attributes: Sequence[Mapping[str, Any]] | None = None,
+        on_reject: Callable[[ReadableSpan, Exception], None] | None = None,
     ) -> bytes:
         """The request body for ``spans``.
+
+        A span that cannot be encoded at all (a time outside uint64, set straight on
+        an SDK span) is left out alone, so one bad span never fails the others.
 
         Args:
             spans: the spans, in the order they are sent.
             resource: send every span with this resource instead of its own.
             attributes: one mapping per span, sent instead of the span's attributes
                 (the span's dropped-attribute count is kept).
+            on_reject: called with each span left out and why.
         """
         if attributes is not None and len(attributes) != len(spans):
             raise ValueError(f"{len(attributes)} attribute mappings for {len(spans)} spans")
@@ -161,7 +166,13 @@ class SpanEncoder:
             entry = by_scope[1].get(id(scope))
             if entry is None:
                 entry = by_scope[1][id(scope)] = (scope, [])
-            entry[1].append(self._span(span, span.attributes if attributes is None else attributes[index]))
+            try:
+                encoded = self._span(span, span.attributes if attributes is None else attributes[index])
+            except (struct.error, OverflowError, ValueError) as exc:
+                if on_reject is not None:
+                    on_reject(span, exc)
+                continue
+            entry[1].append(encoded)
         return b"".join(
             _delimited(b"\x0a", self._resource_spans(group_resource, scopes.values()))
             for group_resource, scopes in groups.values()

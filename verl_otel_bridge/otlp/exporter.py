@@ -35,8 +35,10 @@ class OtlpSpanExporter(SpanExporter):
 
     One ``export`` call sends one request, or several when the encoded batch
     exceeds ``max_request_bytes`` (split in halves until each part fits); all of
-    them within one ``timeout_s`` of the sender. A span too large alone is left
-    out and logged; the call then returns ``FAILURE``. Never raises.
+    them within one ``timeout_s`` of the sender. A span too large alone, or one
+    that cannot be encoded, is left out and logged (once per kind) while the rest
+    are sent: the call returns ``SUCCESS`` and :meth:`take_left_out` says how many
+    were left out. ``FAILURE`` means a request was not accepted. Never raises.
 
     Args:
         sender: where requests go.
@@ -50,6 +52,7 @@ class OtlpSpanExporter(SpanExporter):
         self.max_request_bytes = max_request_bytes
         self._encoder = SpanEncoder()
         self._once = OnceLogger(logger)
+        self._left_out: set[int] = set()  # ids of the last batch's spans that were not sent
 
     @classmethod
     def from_environment(
@@ -99,7 +102,7 @@ class OtlpSpanExporter(SpanExporter):
         resource: Resource | None,
         attributes: Sequence[Mapping[str, Any]] | None,
     ) -> Iterator[tuple[int, int, bytes | None]]:
-        body = self._encoder.encode(spans, resource=resource, attributes=attributes)
+        body = self._encoder.encode(spans, resource=resource, attributes=attributes, on_reject=self._reject)
         if len(body) <= self.max_request_bytes:
             yield start, start + len(spans), body
         elif len(spans) == 1:
@@ -133,22 +136,39 @@ class OtlpSpanExporter(SpanExporter):
                 raise
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Send ``spans``; ``FAILURE`` if any of them was not accepted (the reason is logged once per kind)."""
+        """Send ``spans``; ``FAILURE`` if a request was not accepted (the reason is logged once per kind)."""
         deadline = time.monotonic() + self.sender.timeout_s
-        complete = True
+        self._left_out = set()
         try:
             for start, _end, body in self.requests(spans):
                 if body is None:
-                    complete = False
+                    self._left_out.add(id(spans[start]))
                     self._once.log("too-large", logging.WARNING, "%s; it is left out", self._too_large(spans[start]))
                     continue
                 self.sender.send(body, deadline=deadline)
         except OtlpSendError as exc:
+            self._left_out = set()
             self._once.log(
                 f"failed:{exc.status}", logging.WARNING, "exporting %d spans over OTLP failed: %s", len(spans), exc
             )
             return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS if complete else SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def take_left_out(self) -> int:
+        """How many spans of the last :meth:`export` were left out while the rest were sent; resets to 0."""
+        count, self._left_out = len(self._left_out), set()
+        return count
+
+    def _reject(self, span: ReadableSpan, exc: Exception) -> None:
+        self._left_out.add(id(span))
+        self._once.log(
+            f"unencodable:{type(exc).__name__}",
+            logging.WARNING,
+            "span %r cannot be encoded for OTLP (%s: %s); it is left out, the rest of its batch is sent",
+            span.name,
+            type(exc).__name__,
+            exc,
+        )
 
     def _too_large(self, span: ReadableSpan) -> str:
         size = len(self._encoder.encode([span]))

@@ -209,7 +209,9 @@ class RLInsightSpanExporter(SpanExporter):
         sent = self._otlp.send(spans, attributes)
         if sent:
             self._last_transport = "otlp"
-            self.counts.add("exported.rl_insight_otlp", sent)
+            left_out = self._otlp.take_left_out()  # spans it could not encode: failed, the others exported
+            self.counts.add("exported.rl_insight_otlp", sent - left_out)
+            self.counts.add("failed", left_out)
         if sent == len(spans):
             return sent
         self.counts.add("otlp_failed_batches")

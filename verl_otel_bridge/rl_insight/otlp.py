@@ -231,6 +231,10 @@ class OtlpTransport:
                 self.last_error = error
         return delivered
 
+    def take_left_out(self) -> int:
+        """How many spans of the last :meth:`send` the exporter left out (it could not encode them)."""
+        return self._exporter.take_left_out() if self._exporter is not None else 0
+
     def shutdown(self) -> None:
         """Close the connection to the endpoint (ending a wait between retries)."""
         if self._exporter is not None:
