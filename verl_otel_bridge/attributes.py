@@ -77,7 +77,14 @@ def clean_attributes(
     if attributes is None or (attributes.__class__ is dict and not attributes):
         return {}
     try:
-        items = list(attributes.items()) if isinstance(attributes, Mapping) else list(dict(attributes).items())
+        # A plain dict cannot fail part-way; any other mapping is read whole first, so its errors stay here.
+        items: Any = (
+            attributes.items()
+            if attributes.__class__ is dict
+            else list(attributes.items())
+            if isinstance(attributes, Mapping)
+            else list(dict(attributes).items())
+        )
     except Exception:  # noqa: BLE001 - whatever the caller's object raises, the caller must not see it
         _note(on_convert, "unreadable mapping", "<attributes>")
         return {}

@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge.accounting import SpanCounts
-from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out
+from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out_reader
 
 logger = logging.getLogger("verl_otel_bridge.exporters")
 
@@ -24,6 +24,7 @@ class CountingSpanExporter(WrappingSpanExporter):
 
     def __init__(self, inner: SpanExporter, counts: SpanCounts, key: str) -> None:
         super().__init__(inner)
+        self._left_out = left_out_reader(inner)
         self.counts = counts
         self.key = key
 
@@ -33,7 +34,7 @@ class CountingSpanExporter(WrappingSpanExporter):
         except Exception:
             logger.exception("%s exporter raised on %d spans", self.key, len(spans))
             result = SpanExportResult.FAILURE
-        accepted = len(spans) - left_out(self.inner) if result is SpanExportResult.SUCCESS else 0
+        accepted = len(spans) - self._left_out() if result is SpanExportResult.SUCCESS else 0
         self.counts.add(self.key, accepted)
         self.counts.add("failed", len(spans) - accepted)
         return result
