@@ -12,6 +12,9 @@ from __future__ import annotations
 SESSION_SPAN_NAME = "agent_session"
 TASK_SPAN_NAME = "agent_task"
 TURN_SPAN_NAME = "agent_turn"
+#: A short child of a session span, exported while the session is still open
+#: (see ``verl_otel_bridge.inflight``), so a hung session is visible while it hangs.
+PROGRESS_SPAN_NAME = "agent_session.progress"
 
 # -- the session identity: the keys RL-Insight's Agent Loop dashboard groups spans by ---
 
@@ -39,25 +42,52 @@ TRACE_SOURCE = "monitor.trace_source"
 #: list, so RL-Insight's trajectory gauges can be published from the exported span.
 TRAJECTORIES = "monitor.trajectories"
 TRAJECTORY_FIELDS = ("chain_id", "reward_score", "num_turns")
+#: How a session or task ended (``success``, ``error``, ``cancelled``, ``unfinished``, or the caller's).
+STATUS = "status"
+#: The ``status`` of a session the bridge ended at shutdown because it was still open.
+UNFINISHED = "unfinished"
+#: A task's reward (``TaskHandle.set_result``) and its error text.
+REWARD = "reward"
+ERROR = "error"
 #: What ``Session.finish`` sets on the session span (the dashboard's Session summary).
-SESSION_RESULT_KEYS = ("runner_name", "status", "num_trajectories", "reward_source", "finished")
+SESSION_RESULT_KEYS = ("runner_name", STATUS, "num_trajectories", "reward_source", "finished")
 #: What ``TaskHandle.set_result`` sets (the dashboard's Task summary).
 TASK_NAME = "task_name"
-TASK_RESULT_KEYS = ("status", "reward", "accuracy", "finished", "error", "reward_posted")
+TASK_RESULT_KEYS = (STATUS, REWARD, "accuracy", "finished", ERROR, "reward_posted")
 #: What a turn carries: an integer ``turn`` and its ``type`` (the dashboard's Turn details).
 TURN = "turn"
 TURN_TYPE = "type"
+PROMPT_TOKENS = "prompt_tokens"
+COMPLETION_TOKENS = "completion_tokens"
 TURN_RECORD_KEYS = (
     "finish_reason",
-    "prompt_tokens",
-    "completion_tokens",
+    PROMPT_TOKENS,
+    COMPLETION_TOKENS,
     "tools",
     "tool_args",
     "content",
     "reasoning",
 )
 
-# -- OpenTelemetry GenAI semantic conventions -------------------------------------------
+# -- progress records: what an ``agent_session.progress`` span carries besides the identity --
+
+#: Seconds since the session started.
+PROGRESS_ELAPSED_S = "progress.elapsed_s"
+#: Turn spans started in the session so far.
+PROGRESS_TURNS = "progress.turns"
+#: The ``turn`` of the last turn span started, absent before the first turn.
+PROGRESS_TURN = "progress.turn"
+#: Name of the last span started in the session (what it is doing, or stuck in).
+PROGRESS_LAST_SPAN = "progress.last_span"
+#: Seconds since that span started.
+PROGRESS_IDLE_S = "progress.idle_s"
+
+# -- OpenTelemetry semantic conventions ---------------------------------------------------
+
+#: The LLM server a turn ran on, when the caller sets it (``turn(..., **{SERVER_ADDRESS: addr})``);
+#: ``verl-otel-bridge report`` shows it for the slowest sessions.
+SERVER_ADDRESS = "server.address"
+ -------------------------------------------
 
 GEN_AI_OPERATION = "gen_ai.operation.name"
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
