@@ -110,6 +110,12 @@ class BridgeConfig:
         handle_sigterm: on SIGTERM, flush queued spans (within
             ``shutdown_timeout_s``) before the process stops as it otherwise would
             (see :mod:`verl_otel_bridge.signals`); only bridges made in the main thread.
+        progress_interval_s: every session open longer than this exports an
+            ``agent_session.progress`` span this often, so a hung session is
+            visible while it hangs; 0 turns it off.
+        straggler_factor: log (at most once per step) the sessions open longer
+            than this many times the median duration of their step's finished
+            sessions; 0 turns it off.
     """
 
     enabled: bool = True
@@ -134,6 +140,8 @@ class BridgeConfig:
     redact_attributes: tuple[str, ...] = ()
     reminder_interval_s: float = 600.0
     handle_sigterm: bool = True
+    progress_interval_s: float = 60.0
+    straggler_factor: float = 3.0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -408,6 +416,8 @@ _FIELD_TYPES: dict[str, str] = {
     "shutdown_timeout_s": "float",
     "max_attribute_length": "int",
     "reminder_interval_s": "float",
+    "progress_interval_s": "float",
+    "straggler_factor": "float",
     "redact_attributes": "str_tuple",
     "rl_insight_config": "mapping",
     "project": "optional_str",
@@ -529,6 +539,10 @@ def _validate(config: BridgeConfig) -> None:
         value = getattr(config, key)
         if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):
             raise bad(key, f"must be a positive, finite number of seconds, at most {MAX_WAIT_S} (an hour).")
+    if not (math.isfinite(config.progress_interval_s) and 0 <= config.progress_interval_s <= MAX_WAIT_S):
+        raise bad("progress_interval_s", f"must be 0 (off) or a positive number of seconds, at most {MAX_WAIT_S}.")
+    if not (math.isfinite(config.straggler_factor) and config.straggler_factor >= 0):
+        raise bad("straggler_factor", "must be 0 (off) or a positive, finite number.")
     if not config.jsonl_path:
         raise bad("jsonl_path", "must name a file.")
     try:
