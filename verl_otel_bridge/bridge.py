@@ -10,6 +10,7 @@ import logging
 import math
 import multiprocessing
 import multiprocessing.util
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +40,7 @@ from verl_otel_bridge.export.processors import ExportSpanProcessor, IdentitySpan
 from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.identity import IdentityFields, SessionIdentity, current_identity, using_identity
+from verl_otel_bridge.inflight import InflightSessions
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.protocol import SESSION_SPAN_NAME
 from verl_otel_bridge.scopes import SpanBlock
@@ -131,6 +133,7 @@ class Bridge:
         self._pipeline: Pipeline | None = None
         self._processor: ExportSpanProcessor | None = None
         self._identity_processor = IdentitySpanProcessor()
+        self._inflight = InflightSessions(self.counts, self.config.progress_interval_s, self.config.straggler_factor)
         self._provider: TracerProvider | None = None
         self._closed = False
         if self.config.enabled:
@@ -140,8 +143,11 @@ class Bridge:
                 resource=Resource.create({"service.name": self.config.service_name}), shutdown_on_exit=False
             )
             self._provider.add_span_processor(self._identity_processor)
+            self._provider.add_span_processor(self._inflight)
             self._provider.add_span_processor(self._processor)
-            self.tracer: Tracer = _own_tracer(self._provider, (self._identity_processor, self._processor))
+            processors = (self._identity_processor, self._inflight, self._processor)
+            self.tracer: Tracer = _own_tracer(self._provider, processors)
+            self._inflight.bind(self.tracer)
         else:
             self.tracer = NoOpTracer()
         atexit.register(self._at_exit)
@@ -347,8 +353,11 @@ class Bridge:
             self._mp_exit.cancel()
         if self._provider is None or self._processor is None:
             return
+        timeout_s = self.config.shutdown_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        self._inflight.close(timeout_s)  # ends the sessions still open, so they are exported below
         self._identity_processor.shutdown()
-        self._processor.shutdown(self.config.shutdown_timeout_s if timeout_s is None else timeout_s)
+        self._processor.shutdown(max(0.0, deadline - time.monotonic()))
         if self._owns_provider:
             self._provider.shutdown()
         self._log_summary()
@@ -361,7 +370,8 @@ class Bridge:
         (a sentence), ``rl_insight_version``, ``rl_insight_installed``,
         ``rl_insight_transport``, ``otlp_endpoint``, ``otlp_error`` (None when
         RL-Insight is not involved), ``counters`` (see
-        :mod:`verl_otel_bridge.accounting`), ``queued``.
+        :mod:`verl_otel_bridge.accounting`), ``queued``, ``open_sessions``
+        (their ``count`` and the ``oldest`` few: see :mod:`verl_otel_bridge.inflight`).
         """
         route: dict[str, Any] = dict.fromkeys(
             ("rl_insight_version", "rl_insight_installed", "rl_insight_transport", "otlp_endpoint", "otlp_error")
@@ -380,6 +390,7 @@ class Bridge:
             **route,
             "counters": self.counts.snapshot(),
             "queued": len(queue) if queue is not None else 0,
+            "open_sessions": self._inflight.snapshot(),
         }
 
     # -- internals -----------------------------------------------------------

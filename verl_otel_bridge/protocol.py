@@ -87,7 +87,8 @@ PROGRESS_IDLE_S = "progress.idle_s"
 #: The LLM server a turn ran on, when the caller sets it (``turn(..., **{SERVER_ADDRESS: addr})``);
 #: ``verl-otel-bridge report`` shows it for the slowest sessions.
 SERVER_ADDRESS = "server.address"
- -------------------------------------------
+
+# -- OpenTelemetry GenAI semantic conventions -------------------------------------------
 
 GEN_AI_OPERATION = "gen_ai.operation.name"
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
