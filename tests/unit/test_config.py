@@ -120,6 +120,8 @@ PREFIXED_ENV = {
     "redact_attributes": (" content, tool_args ,", ("content", "tool_args")),
     "reminder_interval_s": ("30", 30.0),
     "handle_sigterm": ("off", False),
+    "progress_interval_s": ("0", 0.0),
+    "straggler_factor": ("2.5", 2.5),
 }
 
 
@@ -204,6 +206,8 @@ def test_otel_sdk_disabled_disables_the_bridge(monkeypatch: pytest.MonkeyPatch) 
         (lambda: resolve(jsonl_path=""), ["jsonl_path", "file"]),
         (lambda: resolve(redact_attributes=[1]), ["redact_attributes", "list of strings"]),
         (lambda: resolve(reminder_interval_s=0), ["reminder_interval_s", "positive"]),
+        (lambda: resolve(progress_interval_s=-1), ["progress_interval_s", "0 (off)"]),
+        (lambda: resolve(environ={"VERL_OTEL_BRIDGE_STRAGGLER_FACTOR": "nan"}), ["straggler_factor", "STRAGGLER_FACTOR"]),
         (lambda: resolve(["exporter"]), ["mapping", "list"]),
     ],
 )
