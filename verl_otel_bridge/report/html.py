@@ -1,0 +1,223 @@
+"""A :class:`~verl_otel_bridge.report.aggregate.Report` as one self-contained HTML file.
+
+Hand-written inline SVG and a few lines of script, no plotting library: the
+three views (a table, a waterfall of bars, a scatter plot) need no more, the file
+stays small (tens of kB rather than the ~3.5 MB plotly.js would inline) and
+opens offline in any browser. Each chart also reads without script: bars and
+points carry ``<title>`` tooltips; the script only adds a step filter.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable, Sequence
+
+from verl_otel_bridge._version import __version__
+from verl_otel_bridge.report.aggregate import Report, SessionSummary, StepReport
+from verl_otel_bridge.report.rows import (
+    ERROR_COLUMNS,
+    OPEN_COLUMNS,
+    SLOWEST_COLUMNS,
+    number,
+    seconds,
+    session_row,
+    step_rows,
+)
+
+#: Bar colours by turn type (other types and plain spans get the last).
+COLOURS = {"generate": "#4C78A8", "tool": "#F58518", "span": "#9D9D9D"}
+_OTHER_COLOUR = "#54A24B"
+
+_STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
+th { background: #f3f3f3; } td.l, th.l { text-align: left; }
+section { border-top: 2px solid #ddd; margin-top: 1.5em; }
+.note { color: #555; } .warn { color: #b00; }
+svg text { font: 11px system-ui, sans-serif; fill: #222; }
+.legend span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
+"""
+
+_SCRIPT = """
+(function () {
+  var select = document.getElementById("step-filter");
+  var sections = Array.prototype.slice.call(document.querySelectorAll("section[data-step]"));
+  select.addEventListener("change", function () {
+    sections.forEach(function (s) {
+      s.hidden = select.value !== "all" && s.getAttribute("data-step") !== select.value;
+    });
+  });
+  document.body.setAttribute("data-ready", String(sections.length));
+})();
+"""
+
+_LEFT = ("step", "slowest session", "uid", "last span", "first error", "server", "status")
+
+
+def render_html(report: Report) -> str:
+    """The whole report as one HTML document (no external resources)."""
+    e = html.escape
+    options = "".join(f'<option value="{e(str(s.step))}">step {e(str(s.step))}</option>' for s in report.steps)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>verl-otel-bridge report: {len(report.steps)} steps</title><style>{_STYLE}</style></head>",
+        "<body><h1>verl-otel-bridge report</h1>",
+        f'<p class="note">{report.spans} spans in sessions from {len(report.files)} files '
+        f"({e(', '.join(report.files))}); {report.outside_sessions} spans outside sessions; "
+        f"{report.bad_lines} bad lines. verl-otel-bridge {e(__version__)}.</p>",
+        "<h2>Steps</h2>",
+        _table(step_rows(report), "steps"),
+        '<p><label>Show <select id="step-filter"><option value="all">all steps</option>',
+        f"{options}</select></label></p>",
+    ]
+    parts.extend(_step(step) for step in report.steps)
+    parts.append(f"<script>{_SCRIPT}</script></body></html>")
+    return "\n".join(parts)
+
+
+def _step(step: StepReport) -> str:
+    e = html.escape
+    out = [
+        f'<section data-step="{e(str(step.step))}" id="step-{e(str(step.step))}">',
+        f"<h2>Step {e(str(step.step))}</h2>",
+        f"<p>{step.sessions} sessions, {step.finished} finished; duration p50 {seconds(step.p50_s)}, "
+        f"p90 {seconds(step.p90_s)}, max {seconds(step.max_s)}; {step.error_spans} error spans.</p>",
+    ]
+    for s in step.stragglers:
+        ratio = s.duration_s / step.p50_s if step.p50_s else float("inf")
+        out.append(
+            f'<p class="warn straggler" data-lane="{e(s.state_lane_id)}">Straggler: uid <b>{e(s.uid)}</b> sample '
+            f"{e(s.sample)} session {e(s.session)}: {s.duration_s:.3f} s, {ratio:.0f} x the median "
+            f"(generate {s.generate_s:.3f} s, tool {s.tool_s:.3f} s).</p>"
+        )
+    for group in step.zero_advantage:
+        out.append(
+            f'<p class="warn">Zero advantage: uid <b>{e(group.uid)}</b>: all {group.sessions} sessions got '
+            f"reward {group.reward:g}.</p>"
+        )
+    if step.slowest:
+        out += ["<h3>Slowest sessions</h3>", _sessions(step.slowest, SLOWEST_COLUMNS, "slowest")]
+    if step.unfinished:
+        out += ["<h3>Unfinished at shutdown</h3>", _sessions(step.unfinished, OPEN_COLUMNS, "unfinished")]
+    if step.hung:
+        out += ["<h3>Hung: progress records, no session span</h3>", _sessions(step.hung, OPEN_COLUMNS, "hung")]
+    if step.partial:
+        out.append(f'<p class="note">{step.partial} sessions with some spans but no session span or progress.</p>')
+    if step.errored:
+        out += ["<h3>Errors</h3>", _sessions(step.errored, ERROR_COLUMNS, "errors")]
+    shown = [*step.slowest, *step.unfinished, *step.hung]
+    if shown:
+        out += ["<h3>Waterfall: turns and tools on a time axis from each session's start</h3>", _waterfall(shown)]
+    if step.points:
+        out += [
+            f"<h3>Reward vs duration</h3><p>mean reward {number(step.reward_mean)} over {step.rewarded} sessions; "
+            f"r(reward, duration) = {number(step.reward_vs_duration, 2)}, "
+            f"r(reward, turns) = {number(step.reward_vs_turns, 2)}</p>",
+            _scatter(step),
+        ]
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _table(rows: Sequence[dict[str, str]], name: str) -> str:
+    if not rows:
+        return '<p class="note">nothing</p>'
+    e = html.escape
+    columns = list(rows[0])
+    head = "".join(f'<th class="{"l" if c in _LEFT else ""}">{e(c)}</th>' for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{"l" if c in _LEFT else ""}">{e(row[c])}</td>' for c in columns) + "</tr>"
+        for row in rows
+    )
+    return f'<table class="{name}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _sessions(sessions: Iterable[SessionSummary], columns: Sequence[str], name: str) -> str:
+    return _table([{c: session_row(s)[c] for c in columns} for s in sessions], name)
+
+
+def _waterfall(sessions: Sequence[SessionSummary]) -> str:
+    e = html.escape
+    label_w, plot_w, row_h, top = 300, 640, 22, 24
+    span_s = max((s.duration_s for s in sessions), default=0.0) or 1e-3
+    scale = plot_w / span_s
+    height = top + row_h * len(sessions) + 8
+    out = [f'<svg class="waterfall" width="{label_w + plot_w + 20}" height="{height}" role="img">']
+    for tick in _ticks(span_s):
+        x = label_w + tick * scale
+        out.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height}" stroke="#e5e5e5"/>')
+        out.append(f'<text x="{x:.1f}" y="{top - 10}" text-anchor="middle">{tick:g} s</text>')
+    for row, s in enumerate(sessions):
+        y = top + row * row_h
+        lane = e(s.state_lane_id)
+        label = f"uid {s.uid} sample {s.sample} session {s.session}"
+        status = s.status or s.kind
+        out.append(f'<g class="session" data-lane="{lane}" data-kind="{e(s.kind)}">')
+        out.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{e(label)} [{e(status)}]</text>')
+        width = max(1.0, s.duration_s * scale)
+        out.append(
+            f'<rect x="{label_w}" y="{y + 2}" width="{width:.1f}" height="{row_h - 4}" fill="#eef2f7" '
+            f'stroke="#9fb3c8"><title>{lane}: {s.duration_s:.3f} s, {s.turns} turns, {e(status)}</title></rect>'
+        )
+        for segment in s.segments:
+            x = label_w + max(0.0, (segment.start_ns - s.start_ns) / 1e9) * scale
+            w = max(1.0, (segment.end_ns - segment.start_ns) / 1e9 * scale)
+            inset = 5 if segment.kind in ("generate", "tool") else 8
+            colour = COLOURS.get(segment.kind, _OTHER_COLOUR)
+            seconds_ = (segment.end_ns - segment.start_ns) / 1e9
+            out.append(
+                f'<rect class="segment" x="{x:.1f}" y="{y + inset}" width="{w:.1f}" height="{row_h - 2 * inset}" '
+                f'fill="{colour}"><title>{e(segment.label)}: {seconds_:.3f} s</title></rect>'
+            )
+        out.append("</g>")
+    out.append("</svg>")
+    legend = "".join(f'<span style="background:{c}"></span>{e(k)}' for k, c in COLOURS.items())
+    return "\n".join(out) + f'<div class="legend">{legend}<span style="background:{_OTHER_COLOUR}"></span>other</div>'
+
+
+def _scatter(step: StepReport) -> str:
+    e = html.escape
+    width, height, left, bottom, pad = 520, 300, 56, 36, 12
+    points = step.points
+    slow = {s.state_lane_id for s in step.slowest}
+    x_max = max(d for d, *_ in points) or 1e-3
+    rewards = [r for _, r, _, _ in points]
+    y_min, y_max = min(rewards), max(rewards)
+    if y_max == y_min:
+        y_min, y_max = y_min - 0.5, y_max + 0.5
+    plot_w, plot_h = width - left - pad, height - bottom - pad
+
+    def sx(value: float) -> float:
+        return left + value / x_max * plot_w
+
+    def sy(value: float) -> float:
+        return pad + (y_max - value) / (y_max - y_min) * plot_h
+
+    out = [f'<svg class="scatter" width="{width}" height="{height}" role="img">']
+    out.append(f'<rect x="{left}" y="{pad}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>')
+    for tick in _ticks(x_max):
+        out.append(f'<text x="{sx(tick):.1f}" y="{height - bottom + 14}" text-anchor="middle">{tick:g}</text>')
+    for tick in (y_min, (y_min + y_max) / 2, y_max):
+        out.append(f'<text x="{left - 6}" y="{sy(tick) + 4:.1f}" text-anchor="end">{tick:.3g}</text>')
+    out.append(f'<text x="{left + plot_w / 2}" y="{height - 4}" text-anchor="middle">session duration (s)</text>')
+    out.append(f'<text x="12" y="{pad + plot_h / 2}" transform="rotate(-90 12 {pad + plot_h / 2})">reward</text>')
+    for duration, reward, turns, lane in points:
+        colour = "#d62728" if lane in slow else "#4C78A8"
+        out.append(
+            f'<circle cx="{sx(duration):.1f}" cy="{sy(reward):.1f}" r="{4 if lane in slow else 3}" fill="{colour}" '
+            f'fill-opacity="0.75"><title>{e(lane)}: {duration:.3f} s, reward {reward:g}, {turns} turns</title></circle>'
+        )
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _ticks(limit: float, count: int = 5) -> list[float]:
+    """Round tick values from 0 to ``limit`` (about ``count`` of them)."""
+    raw = limit / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    return [round(i * step, 10) for i in range(int(limit / step) + 1)]
