@@ -11,6 +11,9 @@
     The span tree of a JSON Lines capture (``exporter: jsonl``).
 ``replay FILE.jsonl --to rl_insight|otlp|console``
     Re-export a capture recorded offline, with the original ids and times.
+``report CAPTURE... [--html OUT] [--step N]``
+    Per step: the slowest sessions, unfinished and hung ones, errors, zero-advantage
+    groups, reward against duration and turns (:mod:`verl_otel_bridge.report`).
 
 The command line needs the ``cli`` extra (``click`` and ``rich``). They are
 imported only inside :func:`main` and :func:`build_cli`, so the functions that
@@ -91,7 +94,7 @@ def build_cli() -> click.Group:
     @click.group(context_settings={"help_option_names": ["-h", "--help"]})
     @click.version_option(__version__, prog_name="verl-otel-bridge")
     def cli() -> None:
-        """OpenTelemetry spans for verl agent loops: check the setup, run the demo, read and replay captures."""
+        """OpenTelemetry spans for verl agent loops: check the setup, run the demo, read, report and replay captures."""
 
     @cli.command(short_help="Check the setup: versions, configuration, where spans would go.")
     @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -134,6 +137,41 @@ def build_cli() -> click.Group:
         _report_bad(err(), result.bad)
         traces = len({r.get("trace_id") for r in result.records})
         err().print(Text(f"{len(result.records)} spans in {traces} traces; {len(result.bad)} bad lines"))
+
+    @cli.command(short_help="Per-step stragglers, hung sessions, errors and rewards of JSONL captures.")
+    @click.argument("captures", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.option(
+        "--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), help="Also write this HTML file."
+    )
+    @click.option("--step", type=int, default=None, help="Only this global_steps value.")
+    @click.option("--top", default=5, show_default=True, type=click.IntRange(min=1), help="Slowest sessions per step.")
+    @click.option(
+        "--straggler-factor",
+        default=3.0,
+        show_default=True,
+        type=click.FloatRange(min=0, min_open=True),
+        help="A session slower than this many times its step's median is a straggler.",
+    )
+    def report(
+        captures: tuple[Path, ...], html_out: Path | None, step: int | None, top: int, straggler_factor: float
+    ) -> None:
+        """Per global_steps: sessions, duration p50/p90/max, the slowest sessions, unfinished and hung sessions,
+        errors, groups of one uid whose rewards are all equal, and reward against duration and turns.
+
+        CAPTURE are JSON Lines files (exporter: jsonl), e.g. one per worker; they are streamed.
+        """
+        from verl_otel_bridge.report import build_report
+        from verl_otel_bridge.report.text import renderables
+
+        built = build_report(list(captures), step=step, top=top, straggler_factor=straggler_factor)
+        console = out()
+        for part in renderables(built):
+            console.print(part)
+        if html_out is not None:
+            from verl_otel_bridge.report.html import render_html
+
+            html_out.write_text(render_html(built), encoding="utf-8")
+            err().print(Text(f"wrote {html_out}"))
 
     @cli.command(short_help="Re-export a JSONL capture to RL-Insight, OTLP or the console.")
     @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
