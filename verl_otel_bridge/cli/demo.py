@@ -1,13 +1,20 @@
-"""The main job: a simulated multi-turn agent loop traced through verl-otel-bridge.
+"""The main job: a simulated step of a multi-turn agent loop, traced, then the report of its own run.
 
-Several samples run concurrently, each with a few sessions; every session runs
-one task made of generation turns, some of which call tools. Nothing here talks to a model: the
-"LLM" and the tools are stand-ins that sleep for a moment. Run it with
-``make demo``, ``verl-otel-bridge demo`` or ``python examples/agent_loop.py``.
+One training step: four prompts (``uid``), each rolled out by four concurrent
+sessions (a GRPO group); every session runs one task made of generation turns,
+some of which call tools. Nothing here talks to a model: the "LLM" and the tools
+are stand-ins that sleep for a moment. Three things are planted for the report
+to find: a straggler (one session whose tool call takes about a second), a
+zero-advantage group (every session of ``uid-2`` gets reward 1.0) and a tool that
+raises. Run it with ``make demo``, ``verl-otel-bridge demo`` or
+``python examples/agent_loop.py``.
 
 With the default configuration (``exporter: auto``) the spans go to RL-Insight
 when it is installed, reachable and Ray is running; otherwise to the local
-in-memory fallback, which this script prints as a tree.
+in-memory fallback, whose span tree of the straggler this script prints. Either
+way :func:`main` also captures the run to a JSONL file in a temporary directory
+(``exporter: <yours>,jsonl``), with progress records every 0.25 s, and ends
+with ``verl-otel-bridge report`` on that file.
 """
 
 from __future__ import annotations
@@ -15,14 +22,32 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
+import tempfile
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import verl_otel_bridge as vob
+from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.tree import render_tree
 
 TOOLS = ("search", "calculator", "python")
+#: The step simulated, its prompts and the sessions per prompt.
+STEP, PROMPTS, GROUP = 1, 4, 4
+SESSIONS = PROMPTS * GROUP
+#: Planted for the report: the straggler (sample, session) and how long its tool call takes,
+#: the prompt every session solves, and the session whose tool raises.
+STRAGGLER, STRAGGLER_TOOL_S = (0, 3), 1.0
+SOLVED_BY_ALL = 2
+FAILING = (1, 1)
+#: Progress records while the demo runs (the straggler gets a few).
+DEMO_PROGRESS_INTERVAL_S = 0.25
+
+
+class ToolError(RuntimeError):
+    """What the planted failing tool raises."""
 
 
 async def fake_llm(rng: random.Random, turn: int) -> dict[str, object]:
@@ -38,14 +63,17 @@ async def fake_llm(rng: random.Random, turn: int) -> dict[str, object]:
 
 
 @vob.traced("tool_call")
-async def run_tool(name: str, args: Mapping[str, object]) -> str:
+async def run_tool(name: str, args: Mapping[str, object], seconds: float = 0.003, fail: bool = False) -> str:
     """A tool's own work; ``traced`` makes it a span inside whatever session is current."""
-    await asyncio.sleep(0.003)
+    await asyncio.sleep(seconds)
+    if fail:
+        raise ToolError(f"{name} failed for {json.dumps(args)}")
     return f"{name} result for {json.dumps(args)}"
 
 
 async def agent_session(sample: int, session: int, global_steps: int, rng: random.Random) -> float:
     """One session: a task of up to three generation turns, with tool turns in between."""
+    straggler, failing = (sample, session) == STRAGGLER, (sample, session) == FAILING
     with vob.session(
         sample=sample,
         session=session,
@@ -58,6 +86,8 @@ async def agent_session(sample: int, session: int, global_steps: int, rng: rando
             for _ in range(3):
                 with s.turn(turn_index, type="generate") as turn:
                     out = await fake_llm(rng, turn_index)
+                    if turn_index == 0 and (straggler or failing):  # the planted ones call a tool first
+                        out.update(tool="search", finish_reason="tool_calls")
                     turn.record(
                         prompt_tokens=int(out["prompt_tokens"]),  # type: ignore[call-overload]
                         completion_tokens=int(out["completion_tokens"]),  # type: ignore[call-overload]
@@ -67,12 +97,16 @@ async def agent_session(sample: int, session: int, global_steps: int, rng: rando
                 turn_index += 1
                 if out["tool"] is None:
                     break
+                tool = str(out["tool"])
                 args = {"query": f"s{sample}/t{turn_index}"}
                 with s.turn(turn_index, type="tool") as turn:
-                    turn.record(tools=str(out["tool"]), tool_args=args)
-                    await run_tool(str(out["tool"]), args)
+                    turn.record(tools=tool, tool_args=args)
+                    try:
+                        await run_tool(tool, args, STRAGGLER_TOOL_S if straggler else 0.003, failing)
+                    except ToolError as exc:
+                        turn.record(content=f"tool error: {exc}")
                 turn_index += 1
-            reward = round(rng.random(), 3)
+            reward = 1.0 if sample == SOLVED_BY_ALL else round(rng.random(), 3)
             task.set_result(status="success", reward=reward, finished=True, reward_posted=True)
         # Work timed elsewhere (here: a reward model call measured by another component).
         end = time.time_ns()
@@ -88,27 +122,61 @@ async def agent_session(sample: int, session: int, global_steps: int, rng: rando
 
 
 async def run() -> None:
-    """Run six concurrent sessions on the current bridge, then print the span tree and ``status()``."""
+    """Run one step's sessions on the current bridge, print the straggler's span tree and ``status()``, shut down."""
     rng = random.Random(7)  # noqa: S311 - simulated model outputs, not security
     bridge = vob.get_bridge()  # default configuration, from the environment
     rewards = await asyncio.gather(
-        *(agent_session(sample, session, 1, rng) for sample in range(3) for session in range(2))
+        *(agent_session(sample, session, STEP, rng) for sample in range(PROMPTS) for session in range(GROUP))
     )
     bridge.force_flush()
     status = bridge.status()
     print(f"{len(rewards)} sessions done; spans went to: {status['exporter']} ({status['detail']})\n")
-    if bridge.memory_exporter is not None and bridge.memory_exporter.get_finished_spans():
-        print(render_tree(bridge.memory_exporter.get_finished_spans()))
+    memory = bridge.memory_exporter
+    if memory is not None and memory.get_finished_spans():
+        spans = memory.get_finished_spans()
+        lane = vob.SessionIdentity.create(sample=STRAGGLER[0], session=STRAGGLER[1]).state_lane_id
+        print(f"the straggler, sample {STRAGGLER[0]} session {STRAGGLER[1]}:")
+        print(render_tree([s for s in spans if s.attributes and s.attributes.get("state_lane_id") == lane]))
     print("\nstatus():")
     print(json.dumps(status, indent=2, default=str))
     vob.shutdown()
 
 
+def capture_config(directory: Path) -> BridgeConfig:
+    """The environment's configuration plus a JSONL capture in ``directory`` and frequent progress records.
+
+    An ``exporter`` that already lists ``jsonl`` keeps its own file.
+    """
+    config = BridgeConfig.resolve()
+    exporters = config.exporters
+    if "jsonl" in exporters:
+        return BridgeConfig.resolve(config, progress_interval_s=DEMO_PROGRESS_INTERVAL_S)
+    wanted = ("jsonl",) if exporters == ("none",) else (*exporters, "jsonl")
+    return BridgeConfig.resolve(
+        config,
+        exporter=wanted,
+        jsonl_path=str(directory / "demo_spans.jsonl"),
+        progress_interval_s=DEMO_PROGRESS_INTERVAL_S,
+    )
+
+
 def main() -> None:
-    """Entry point of ``make demo`` and ``verl-otel-bridge demo``."""
+    """Entry point of ``make demo`` and ``verl-otel-bridge demo``: the run, then its report."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    asyncio.run(run())
+    with tempfile.TemporaryDirectory(prefix="verl-otel-bridge-demo-") as directory:
+        config = capture_config(Path(directory))
+        vob.configure(config)
+        asyncio.run(run())
+        capture = Path(config.jsonl_path.replace("{pid}", str(os.getpid()))).expanduser()
+        print(f"\nverl-otel-bridge report {capture}\n")
+        try:
+            from rich.console import Console
 
-
-if __name__ == "__main__":
-    main()
+            from verl_otel_bridge.report import build_report
+            from verl_otel_bridge.report.text import renderables
+        except ImportError:
+            print("(the report needs the cli extra: pip install 'verl-otel-bridge[cli]')")
+            return
+        console = Console(highlight=False)
+        for part in renderables(build_report([capture])):
+            console.print(part)
