@@ -277,6 +277,7 @@ class _Aggregator:
                 reward = _number(attributes.get(REWARD))
                 if reward is not None:
                     session.task_reward = reward
+                return  # a task spans its turns: the waterfall shows the turns
             if session.keep and session.segments is not None:
                 if len(session.segments) < MAX_SEGMENTS:
                     label = f"turn {attributes.get(TURN)} ({kind})" if name == TURN_SPAN_NAME else str(name)
