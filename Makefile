@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Rebuilt whenever pyproject.toml changes.
 READY  := $(VENV)/.ready
 
-.PHONY: demo test unit integration lint docs bench clean
+.PHONY: demo test unit integration browser lint docs bench clean
 
 $(READY): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,17 +13,20 @@ $(READY): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
-demo: $(READY)  ## the main job: a simulated agent loop, traced, printed as a span tree
+demo: $(READY)  ## the main job: a simulated agent-loop step, traced, ending with the report of its own run
 	$(BIN)/python examples/agent_loop.py
 
-test: $(READY)  ## unit tests, then integration tests against each RL-Insight release (nox)
-	$(BIN)/nox -s unit integration
+test: $(READY)  ## unit tests, integration tests against each RL-Insight release, the HTML report in chromium (nox)
+	$(BIN)/nox -s unit integration browser
 
 unit: $(READY)
 	$(BIN)/nox -s unit
 
 integration: $(READY)
 	$(BIN)/nox -s integration
+
+browser: $(READY)  ## the HTML report rendered by headless chromium (installed with apt-get when missing)
+	$(BIN)/nox -s browser
 
 lint: $(READY)  ## ruff (lint + format check), mypy --strict, and the import contracts (import-linter)
 	$(BIN)/ruff check .

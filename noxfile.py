@@ -1,4 +1,4 @@
-"""Test environments: ``nox -s unit``, ``nox -s integration`` (all four RL-Insight cases).
+"""Test environments: ``nox -s unit``, ``nox -s integration`` (all four RL-Insight cases), ``nox -s browser``.
 
 One integration case alone: ``nox -s "integration(0.3.0)"`` or ``nox -t rl-insight-0.3.0``
 (cases: none, 0.1.0, 0.2.0, 0.3.0). ``nox -l`` lists the sessions. Arguments after
@@ -22,6 +22,8 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,7 +32,7 @@ import nox
 nox.needs_version = ">=2024.10.9"  # reuse_venv option
 nox.options.reuse_venv = "yes"
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["unit", "integration"]
+nox.options.sessions = ["unit", "integration", "browser"]
 
 ROOT = Path(__file__).resolve().parent
 nox.options.envdir = os.environ.get(
@@ -101,6 +103,36 @@ def integration(session: nox.Session, rl_insight: str) -> None:
         *session.posargs,
         env={**LOOPBACK_ENV, CASE_ENV: rl_insight},
     )
+
+
+@nox.session(tags=["browser"])
+def browser(session: nox.Session) -> None:
+    """The HTML report rendered by headless chromium; installs Debian's chromium with apt-get when missing.
+
+    Where chromium cannot be installed (no apt-get, not root), the tests skip and say why.
+    """
+    problem = _ensure_chromium(session)
+    install_once(session, "-e", f"{ROOT}[test]")
+    env = {"VERL_OTEL_BRIDGE_CHROMIUM_UNAVAILABLE": problem} if problem else {}
+    session.run("python", "-m", "pytest", "tests/browser", *session.posargs, env=env)
+
+
+def _ensure_chromium(session: nox.Session) -> str | None:
+    """Install chromium unless it is on PATH; None when it is there, else why not."""
+    if shutil.which("chromium") or shutil.which("chromium-browser"):
+        return None
+    if shutil.which("apt-get") is None:
+        return "chromium is not installed and this machine has no apt-get to install it"
+    prefix = [] if os.geteuid() == 0 else ["sudo", "-n"] if shutil.which("sudo") else None
+    if prefix is None:
+        return "chromium is not installed, and installing it needs root or sudo"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+        session.log(" ".join([*prefix, *command]))
+        done = subprocess.run([*prefix, *command], env=env, capture_output=True, text=True, timeout=1800)  # noqa: S603 - fixed commands
+        if done.returncode != 0:
+            return f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-500:]}"
+    return None if shutil.which("chromium") else "apt-get installed chromium, but no chromium is on PATH"
 
 
 @nox.session(tags=["bench"])
