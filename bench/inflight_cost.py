@@ -1,0 +1,96 @@
+"""What tracking open sessions (``verl_otel_bridge.inflight``) costs on the caller's thread.
+
+The same bridge, with and without its ``InflightSessions`` processor on the
+provider (removed for the "without" runs through the SDK's private processor
+tuple: a benchmark may, the library does not), exporter ``none`` so only the
+hot path is timed. Rounds alternate between the two so machine load hits both;
+the best round of each is reported, in µs per operation, and the difference.
+
+Usage::
+
+    python bench/inflight_cost.py              # 5 rounds of 20,000 spans and 5,000 sessions
+    python bench/inflight_cost.py --rounds 9 --spans 50000
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+from verl_otel_bridge import Bridge, BridgeConfig
+
+
+def bridge() -> Bridge:
+    # Progress records off: the background thread's work is not the caller's cost.
+    return Bridge(BridgeConfig.resolve(environ={}, exporter="none", progress_interval_s=0, straggler_factor=3))
+
+
+def set_inflight(b: Bridge, on: bool) -> None:
+    chain: Any = b._provider._active_span_processor  # type: ignore[union-attr]
+    others = tuple(p for p in chain._span_processors if p is not b._inflight)
+    chain._span_processors = (
+        (others[0], b._inflight, *others[1:]) if on else others
+    )  # identity stamping first, as the bridge orders them
+
+
+def per_op(fn: Callable[[int], None], n: int) -> float:
+    started = time.perf_counter()
+    fn(n)
+    return (time.perf_counter() - started) / n * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--spans", type=int, default=20_000)
+    parser.add_argument("--sessions", type=int, default=5_000)
+    args = parser.parse_args()
+    b = bridge()
+
+    def spans_in_a_session(n: int) -> None:
+        with b.session(sample=0, session=0, global_steps=1):
+            for _ in range(n):
+                with b.span("tool_call"):
+                    pass
+
+    def turns_in_a_session(n: int) -> None:
+        with b.session(sample=0, session=0, global_steps=1):
+            for i in range(n):
+                with b.turn(i):
+                    pass
+
+    def spans_outside_sessions(n: int) -> None:
+        for _ in range(n):
+            with b.span("tool_call"):
+                pass
+
+    def sessions(n: int) -> None:
+        for i in range(n):
+            with b.session(sample=i, session=0, global_steps=1):
+                pass
+
+    cases = {
+        "span in a session": (spans_in_a_session, args.spans),
+        "turn in a session": (turns_in_a_session, args.spans),
+        "span outside sessions": (spans_outside_sessions, args.spans),
+        "empty session": (sessions, args.sessions),
+    }
+    best: dict[tuple[str, bool], float] = {}
+    for _ in range(args.rounds):
+        for on in (False, True):
+            set_inflight(b, on)
+            for name, (fn, n) in cases.items():
+                value = per_op(fn, n)
+                best[name, on] = min(best.get((name, on), value), value)
+    set_inflight(b, True)
+    b.shutdown()
+    print(f"{'operation':<24}{'without µs':>12}{'with µs':>10}{'added µs':>10}{'ratio':>8}")
+    for name in cases:
+        off, on_ = best[name, False], best[name, True]
+        print(f"{name:<24}{off:>12.2f}{on_:>10.2f}{on_ - off:>10.2f}{on_ / off:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
