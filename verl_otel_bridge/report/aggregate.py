@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +45,7 @@ from verl_otel_bridge.records import iter_lines
 #: Span segments kept per session for the waterfall; later ones are counted, not kept.
 MAX_SEGMENTS = 200
 #: Points per step kept for the reward-vs-duration plot (the slowest are always in).
-MAX_SCATTER_POINTS = 2000
+MAX_SCATTER_POINTS = 500
 #: Bad lines remembered (all are counted).
 MAX_BAD_LINES = 20
 _NS = 1e9
@@ -179,7 +180,7 @@ class _Session:
     )
 
     def __init__(self, attributes: dict[str, Any]) -> None:
-        self.uid = str(attributes.get("uid", ""))
+        self.uid = sys.intern(str(attributes.get("uid", "")))  # one string per group, not per session
         self.sample = str(attributes.get("sample", ""))
         self.session = str(attributes.get("session", ""))
         self.first_ns = self.last_ns = 0
@@ -248,7 +249,7 @@ class _Aggregator:
                 session.error = str(status.get("description") or attributes.get(ERROR) or record.get("name"))
         server = attributes.get(SERVER_ADDRESS)
         if server:
-            session.server = str(server)
+            session.server = sys.intern(str(server))
         name = record.get("name")
         if name == SESSION_SPAN_NAME:
             self._closed(key, session, attributes, start, end)
@@ -257,7 +258,7 @@ class _Aggregator:
                 session.progress_at = end
                 session.progress_elapsed = _number(attributes.get(PROGRESS_ELAPSED_S)) or 0.0
                 session.progress_turns = int(_number(attributes.get(PROGRESS_TURNS)) or 0)
-                session.progress_last_span = str(attributes.get(PROGRESS_LAST_SPAN, ""))
+                session.progress_last_span = sys.intern(str(attributes.get(PROGRESS_LAST_SPAN, "")))
                 session.turn = attributes.get(PROGRESS_TURN, session.turn)
             session.progress += 1
         else:
@@ -290,7 +291,7 @@ class _Aggregator:
     ) -> None:
         session.session_span = True
         session.start_ns, session.end_ns = start, end
-        session.status = str(attributes.get(STATUS, ""))
+        session.status = sys.intern(str(attributes.get(STATUS, "")))
         session.traj_reward = _trajectory_reward(attributes.get(TRAJECTORIES))
         if session.status == UNFINISHED:
             return  # listed on its own, segments kept

@@ -17,6 +17,7 @@ from verl_otel_bridge._version import __version__
 from verl_otel_bridge.report.aggregate import Report, SessionSummary, StepReport
 from verl_otel_bridge.report.rows import (
     ERROR_COLUMNS,
+    LISTED,
     OPEN_COLUMNS,
     SLOWEST_COLUMNS,
     number,
@@ -94,11 +95,13 @@ def _step(step: StepReport) -> str:
             f"{e(s.sample)} session {e(s.session)}: {s.duration_s:.3f} s, {ratio:.0f} x the median "
             f"(generate {s.generate_s:.3f} s, tool {s.tool_s:.3f} s).</p>"
         )
-    for group in step.zero_advantage:
+    for group in step.zero_advantage[:LISTED]:
         out.append(
             f'<p class="warn">Zero advantage: uid <b>{e(group.uid)}</b>: all {group.sessions} sessions got '
             f"reward {group.reward:g}.</p>"
         )
+    if len(step.zero_advantage) > LISTED:
+        out.append(f'<p class="warn">... and {len(step.zero_advantage) - LISTED} more zero-advantage groups.</p>')
     if step.slowest:
         out += ["<h3>Slowest sessions</h3>", _sessions(step.slowest, SLOWEST_COLUMNS, "slowest")]
     if step.unfinished:

@@ -15,6 +15,9 @@ def number(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+#: Zero-advantage groups named per step (all are counted).
+LISTED = 10
+
 #: Step-table columns a terminal shows (the HTML view shows every column of :func:`step_rows`).
 STEP_COLUMNS = (
     "step",

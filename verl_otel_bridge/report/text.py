@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from verl_otel_bridge.report.aggregate import Report, SessionSummary, StepReport
 from verl_otel_bridge.report.rows import (
     ERROR_COLUMNS,
+    LISTED,
     OPEN_COLUMNS,
     SLOWEST_COLUMNS,
     STEP_COLUMNS,
@@ -73,10 +74,12 @@ def _step(step: StepReport) -> list[RenderableType]:
         parts.append(Text(f"{step.partial} sessions with some spans but neither a session span nor progress"))
     if step.errored:
         parts.append(_sessions(f"errors ({step.error_spans} error spans)", step.errored, ERROR_COLUMNS))
-    for group in step.zero_advantage:
+    for group in step.zero_advantage[:LISTED]:
         parts.append(
             Text(f"zero advantage: uid {group.uid!r}: all {group.sessions} sessions got reward {group.reward:g}")
         )
+    if len(step.zero_advantage) > LISTED:
+        parts.append(Text(f"... and {len(step.zero_advantage) - LISTED} more zero-advantage groups"))
     if step.rewarded:
         parts.append(
             Text(
