@@ -3,18 +3,22 @@
 The same bridge, with and without its ``InflightSessions`` processor on the
 provider (removed for the "without" runs through the SDK's private processor
 tuple: a benchmark may, the library does not), exporter ``none`` so only the
-hot path is timed. Rounds alternate between the two so machine load hits both;
-the best round of each is reported, in µs per operation, and the difference.
+hot path is timed. Many short rounds, each timing both (in alternating order,
+the garbage collector off), so a load spike on the shared machine spoils a
+round, not a variant; reported in µs per operation: the best round of each,
+and the median over rounds of the paired difference (with - without).
 
 Usage::
 
-    python bench/inflight_cost.py              # 5 rounds of 20,000 spans and 5,000 sessions
-    python bench/inflight_cost.py --rounds 9 --spans 50000
+    python bench/inflight_cost.py              # 40 rounds of 2,000 spans and 500 sessions
+    python bench/inflight_cost.py --rounds 100 --spans 5000
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,9 +47,9 @@ def per_op(fn: Callable[[int], None], n: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--spans", type=int, default=20_000)
-    parser.add_argument("--sessions", type=int, default=5_000)
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--spans", type=int, default=2_000)
+    parser.add_argument("--sessions", type=int, default=500)
     args = parser.parse_args()
     b = bridge()
 
@@ -77,19 +81,24 @@ def main() -> None:
         "span outside sessions": (spans_outside_sessions, args.spans),
         "empty session": (sessions, args.sessions),
     }
-    best: dict[tuple[str, bool], float] = {}
-    for _ in range(args.rounds):
-        for on in (False, True):
+    runs: dict[tuple[str, bool], list[float]] = {(name, on): [] for name in cases for on in (False, True)}
+    for round_ in range(args.rounds):
+        for on in (False, True) if round_ % 2 else (True, False):
             set_inflight(b, on)
             for name, (fn, n) in cases.items():
-                value = per_op(fn, n)
-                best[name, on] = min(best.get((name, on), value), value)
+                gc.collect()
+                gc.disable()
+                try:
+                    runs[name, on].append(per_op(fn, n))
+                finally:
+                    gc.enable()
     set_inflight(b, True)
     b.shutdown()
-    print(f"{'operation':<24}{'without µs':>12}{'with µs':>10}{'added µs':>10}{'ratio':>8}")
+    print(f"{'operation':<24}{'best without µs':>16}{'best with µs':>14}{'median added µs':>17}")
     for name in cases:
-        off, on_ = best[name, False], best[name, True]
-        print(f"{name:<24}{off:>12.2f}{on_:>10.2f}{on_ - off:>10.2f}{on_ / off:>8.2f}")
+        off, on_ = runs[name, False], runs[name, True]
+        added = statistics.median(w - o for w, o in zip(on_, off, strict=True))
+        print(f"{name:<24}{min(off):>16.2f}{min(on_):>14.2f}{added:>17.2f}")
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ _NS = 1_000_000_000
 class OpenSession:
     """What the bridge knows about one open session (plain attributes, written without a lock)."""
 
-    __slots__ = ("identity", "last_ns", "last_span", "next_progress_ns", "span", "start_ns", "step", "turn", "turns")
+    __slots__ = ("identity", "last", "next_progress_ns", "span", "start_ns", "step", "turn_span", "turns")
 
     def __init__(self, identity: SessionIdentity, span: Span, start_ns: int, interval_ns: int) -> None:
         self.identity = identity
@@ -75,11 +75,27 @@ class OpenSession:
         self.step = identity.attributes.get("global_steps")
         self.span = span
         self.start_ns = start_ns
-        self.last_ns = start_ns
-        self.last_span = SESSION_SPAN_NAME
-        self.turn: Any = None
+        # The span objects themselves: their name, start and turn are read off the hot path.
+        self.last: Span | None = None
+        self.turn_span: Span | None = None
         self.turns = 0
         self.next_progress_ns = start_ns + interval_ns
+
+    @property
+    def last_span(self) -> str:
+        """Name of the last span started in the session (the session's own before any)."""
+        return self.last.name if self.last is not None else SESSION_SPAN_NAME
+
+    @property
+    def last_ns(self) -> int:
+        """When that span started."""
+        return (self.last.start_time if self.last is not None else None) or self.start_ns
+
+    @property
+    def turn(self) -> Any:
+        """The ``turn`` of the last turn span started, None before the first."""
+        attributes = self.turn_span.attributes if self.turn_span is not None else None
+        return attributes.get(TURN) if attributes is not None else None
 
     def describe(self, now_ns: int) -> dict[str, Any]:
         """The session for ``status()`` and the watchdog's log line."""
@@ -146,12 +162,10 @@ class InflightSessions(SpanProcessor):
         open_session = self._by_lane.get(identity.state_lane_id)
         if open_session is None:
             return
-        open_session.last_ns = span.start_time or open_session.last_ns
-        open_session.last_span = name
+        open_session.last = span
         if name == TURN_SPAN_NAME:
             open_session.turns += 1
-            attributes = span.attributes
-            open_session.turn = attributes.get(TURN) if attributes is not None else None
+            open_session.turn_span = span
 
     def on_end(self, span: ReadableSpan) -> None:
         if span.name != SESSION_SPAN_NAME:
@@ -235,8 +249,9 @@ class InflightSessions(SpanProcessor):
             PROGRESS_LAST_SPAN: open_session.last_span,
             PROGRESS_IDLE_S: (now_ns - open_session.last_ns) / _NS,
         }
-        if isinstance(open_session.turn, (int, str)):
-            attributes[PROGRESS_TURN] = open_session.turn
+        turn = open_session.turn
+        if isinstance(turn, (int, str)):
+            attributes[PROGRESS_TURN] = turn
         span = tracer.start_span(
             PROGRESS_SPAN_NAME, context=set_span_in_context(open_session.span), attributes=attributes, start_time=now_ns
         )
@@ -312,4 +327,3 @@ def _late_text(described: dict[str, Any]) -> str:
         f"{described['state_lane_id']} uid={described['uid']!r} open {described['age_s']:.1f} s, "
         f"turn {described['turn']}, last span {described['last_span']!r}"
     )
-
