@@ -189,10 +189,10 @@ def test_demo_agent_loop_runs_unchanged_on_the_fallback(
     bridge = make_bridge(rl_insight_enable=True, project="demo-proj", schedule_delay_ms=50)
     asyncio.run(demo.run())  # the demo's own code; it shuts the current bridge down at the end
     out = capsys.readouterr().out
-    assert "6 sessions done; spans went to: memory (fallback)" in out
+    assert f"{demo.SESSIONS} sessions done; spans went to: memory (fallback)" in out
     spans = bridge.memory_exporter.get_finished_spans()
     in_sessions = [s for s in spans if "state_lane_id" in (s.attributes or {})]
-    assert len(in_sessions) == len(spans) and len([s for s in spans if s.name == "agent_session"]) == 6
+    assert len(in_sessions) == len(spans) and len([s for s in spans if s.name == "agent_session"]) == demo.SESSIONS
     for span in spans:
         assert span.attributes["project"] == "demo-proj" and span.attributes["global_steps"] == 1
         assert span.attributes["state_lane_id"].startswith("experiment=default/sample=")
@@ -219,7 +219,8 @@ def test_demo_process_warns_once_and_raises_nothing(surroundings: Surroundings, 
     assert said[0].startswith("WARNING verl_otel_bridge")
     for fragment in [reason, *fragments]:
         assert fragment in said[0], (fragment, said[0])
-    status = json.loads(done.stdout[done.stdout.index("status():") + len("status():") :])
+    after = done.stdout[done.stdout.index("status():") + len("status():") :].lstrip()
+    status, _ = json.JSONDecoder().raw_decode(after)  # the report of the run follows
     assert (status["exporter"], status["reason"]) == ("memory (fallback)", reason)
     counters = status["counters"]
     assert counters["fallback"] == counters["ended"] > 0 and balance(counters) == 0

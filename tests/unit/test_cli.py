@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge.cli import app as cli
-from verl_otel_bridge.cli import doctor
+from verl_otel_bridge.cli import demo, doctor
 from verl_otel_bridge.config import ENV_PREFIX, _env_aliases
 from verl_otel_bridge.records import record_to_span, span_to_record
 from verl_otel_bridge.secrets import mask_url, masked
@@ -552,8 +552,13 @@ def test_demo_command_runs_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
         [sys.executable, "-m", "verl_otel_bridge.cli", "demo"], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
     assert done.returncode == 0, done.stderr
-    assert "6 sessions done" in done.stdout
-    assert "    agent_turn [" in done.stdout
+    assert done.stdout.startswith(f"{demo.SESSIONS} sessions done")
+    assert "    agent_turn [" in done.stdout and "  agent_session.progress [" in done.stdout  # the straggler's tree
+    report = done.stdout[done.stdout.index("verl-otel-bridge report ") :]  # the end: the report of the run
+    straggler, group = demo.STRAGGLER, demo.SOLVED_BY_ALL
+    assert f"straggler: uid 'uid-{straggler[0]}' sample {straggler[0]} session {straggler[1]}:" in report
+    assert f"zero advantage: uid 'uid-{group}': all {demo.GROUP} sessions got reward 1" in report
+    assert "ToolError: search failed" in report
 
 
 # -- the configuration reference page ------------------------------------------------
