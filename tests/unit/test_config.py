@@ -207,7 +207,10 @@ def test_otel_sdk_disabled_disables_the_bridge(monkeypatch: pytest.MonkeyPatch) 
         (lambda: resolve(redact_attributes=[1]), ["redact_attributes", "list of strings"]),
         (lambda: resolve(reminder_interval_s=0), ["reminder_interval_s", "positive"]),
         (lambda: resolve(progress_interval_s=-1), ["progress_interval_s", "0 (off)"]),
-        (lambda: resolve(environ={"VERL_OTEL_BRIDGE_STRAGGLER_FACTOR": "nan"}), ["straggler_factor", "STRAGGLER_FACTOR"]),
+        (
+            lambda: resolve(environ={"VERL_OTEL_BRIDGE_STRAGGLER_FACTOR": "nan"}),
+            ["straggler_factor", "STRAGGLER_FACTOR"],
+        ),
         (lambda: resolve(["exporter"]), ["mapping", "list"]),
     ],
 )
