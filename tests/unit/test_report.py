@@ -234,3 +234,11 @@ def test_bad_lines_are_counted_not_fatal(tmp_path: Path) -> None:
     got = build_report([capture])
     assert (got.bad_lines, got.steps, got.spans) == (2, [], 0)
     assert [line for _, line, _ in got.bad_examples] == [1, 2]
+
+
+def test_an_unwritable_html_path_is_one_clear_error(planted: Planted, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        build_cli(), ["report", str(planted.files[0]), "--html", str(tmp_path / "no" / "r.html")]
+    )
+    assert result.exit_code == 1 and result.exception is not None and not isinstance(result.exception, OSError)
+    assert "--html" in result.output and "cannot write it" in result.output

@@ -170,7 +170,10 @@ def build_cli() -> click.Group:
         if html_out is not None:
             from verl_otel_bridge.report.html import render_html
 
-            html_out.write_text(render_html(built), encoding="utf-8")
+            try:
+                html_out.write_text(render_html(built), encoding="utf-8")
+            except OSError as exc:
+                raise click.ClickException(f"--html {html_out}: cannot write it ({exc.strerror or exc})") from None
             err().print(Text(f"wrote {html_out}"))
 
     @cli.command(short_help="Re-export a JSONL capture to RL-Insight, OTLP or the console.")
