@@ -98,14 +98,9 @@ class OpenSession:
         return attributes.get(TURN) if attributes is not None else None
 
     def describe(self, now_ns: int) -> dict[str, Any]:
-        """The session for ``status()`` and the watchdog's log line."""
-        identity = self.identity
+        """The session for ``status()`` and the watchdog's log line: its identity, age, turn and last span."""
         return {
-            "state_lane_id": identity.state_lane_id,
-            "uid": identity.uid,
-            "global_steps": identity.global_steps,
-            "sample": identity.sample,
-            "session": identity.session,
+            **self.identity.to_dict(),
             "age_s": round((now_ns - self.start_ns) / _NS, 3),
             "turn": self.turn,
             "turns": self.turns,

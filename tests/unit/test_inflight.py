@@ -12,6 +12,7 @@ import pytest
 
 from verl_otel_bridge import Bridge
 from verl_otel_bridge.protocol import (
+    IDENTITY_KEYS,
     PROGRESS_ELAPSED_S,
     PROGRESS_IDLE_S,
     PROGRESS_LAST_SPAN,
@@ -41,14 +42,14 @@ def test_status_lists_the_open_sessions_oldest_first_with_turn_and_last_span(
 ) -> None:
     bridge = make_bridge(exporter="memory", **QUIET)
     assert bridge.status()["open_sessions"] == {"count": 0, "oldest": []}
-    first = bridge.start_session(sample=1, session=0, global_steps=3, uid="u1")
+    first = bridge.start_session(sample=1, session=0, global_steps=3, uid="u1", session_id="conv-1")
     with bridge.resume(first.identity), bridge.turn(0), bridge.turn(1, type="tool"), bridge.span("search"):
         second = bridge.start_session(sample=2, session=5, global_steps=3)
         open_sessions = bridge.status()["open_sessions"]
     assert open_sessions["count"] == 2
     oldest, newer = open_sessions["oldest"]
     assert (oldest["uid"], oldest["sample"], oldest["session"], oldest["global_steps"]) == ("u1", "1", "0", 3)
-    assert oldest["state_lane_id"] == first.identity.state_lane_id
+    assert {k: oldest[k] for k in IDENTITY_KEYS} == first.identity.to_dict()  # the whole identity
     assert (oldest["turn"], oldest["turns"], oldest["last_span"]) == (1, 2, "search")
     assert oldest["age_s"] >= newer["age_s"] >= 0 and oldest["idle_s"] >= 0
     assert (newer["sample"], newer["turns"], newer["last_span"]) == ("2", 0, SESSION_SPAN_NAME)
