@@ -501,12 +501,18 @@ def _own_tracer(provider: TracerProvider, processors: tuple[SpanProcessor, ...])
     )
 
 
-def _sigterm_hooks(ref: weakref.ref[Bridge]) -> tuple[Callable[[], object], Callable[[], bool]]:
-    """What SIGTERM calls: flush the bridge within its ``shutdown_timeout_s``; and whether it is still running."""
+def _sigterm_hooks(ref: weakref.ref[Bridge]) -> tuple[Callable[[bool], object], Callable[[], bool]]:
+    """What SIGTERM calls: flush the bridge within its ``shutdown_timeout_s`` (shut it down when the
+    process is about to die); and whether it is still running."""
 
-    def flush() -> object:
+    def flush(final: bool) -> object:
         bridge = ref()
-        return bridge.force_flush(bridge.config.shutdown_timeout_s) if bridge is not None else None
+        if bridge is None:
+            return None
+        if final:
+            bridge.shutdown()
+            return None
+        return bridge.force_flush(bridge.config.shutdown_timeout_s)
 
     def alive() -> bool:
         bridge = ref()

@@ -4,9 +4,10 @@ Under Python's default SIGTERM handling a process dies at once: no ``atexit`` ho
 runs, and every span still queued is lost without a word. Ray and batch schedulers
 stop workers exactly this way. So a bridge made in the main thread installs a
 handler that flushes (bounded by ``shutdown_timeout_s``) and then hands over to
-whatever handled SIGTERM before: the default (the process then dies of SIGTERM, as
-it would have), or the application's own handler. A process that ignores SIGTERM
-is left alone. ``handle_sigterm=false`` turns it off.
+whatever handled SIGTERM before: the default (the bridge is shut down first, so
+sessions still open end as ``unfinished``, and the process then dies of SIGTERM, as
+it would have), or the application's own handler (the bridge is only flushed: the
+application may go on). A process that ignores SIGTERM is left alone. ``handle_sigterm=false`` turns it off.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from types import FrameType
 
 logger = logging.getLogger("verl_otel_bridge.signals")
 
-Flush = Callable[[], object]
+#: Called with ``final=True`` when the process is about to die of the signal.
+Flush = Callable[[bool], object]
 
 
 class _Handler:
@@ -32,12 +34,12 @@ class _Handler:
         self.previous = _live(previous)
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
+        previous = _live(self.previous)
         if self.alive():
             try:
-                self.flush()
+                self.flush(not callable(previous))
             except Exception:
                 logger.exception("flushing spans on SIGTERM failed")
-        previous = _live(self.previous)
         if callable(previous):
             previous(signum, frame)
             return

@@ -436,6 +436,8 @@ vob.configure(
 for i in range(1500):
     with vob.span("queued", i=i):
         pass
+open_session = vob.session(sample="open", session=0)
+open_session.__enter__()  # still open when the signal arrives
 os.kill(os.getpid(), signal.SIGTERM)
 signal.pause()  # never reached with a handler that exits
 """
@@ -451,11 +453,14 @@ def test_sigterm_flushes_queued_spans_then_hands_over(tmp_path: Path, mode: str)
     if mode == "opt-out":  # the fault, as it was for everyone: the queue dies with the process
         assert done.returncode == -signal.SIGTERM and len(lines) < 1500  # only what a full batch had sent
         return
-    assert len(lines) == 1500, done.stderr[-2000:]
+    queued = [line for line in lines if '"name": "queued"' in line]
+    assert len(queued) == 1500, done.stderr[-2000:]
     if mode == "default":
         assert done.returncode == -signal.SIGTERM  # still dies of SIGTERM, as without the bridge
+        (session,) = [json.loads(line) for line in lines if '"name": "agent_session"' in line]
+        assert session["attributes"]["status"] == "unfinished"  # the process is dying: open sessions are ended
     else:
-        assert done.returncode == 3 and "own handler ran" in done.stdout
+        assert done.returncode == 3 and "own handler ran" in done.stdout  # the application goes on: only flushed
 
 
 # -- class 4: one bad span never poisons its batch; out-of-range numbers are converted --------
