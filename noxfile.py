@@ -135,6 +135,28 @@ def _ensure_chromium(session: nox.Session) -> str | None:
     return None if shutil.which("chromium") else "apt-get installed chromium, but no chromium is on PATH"
 
 
+# verl's agent-loop modules import cachetools, uvicorn and fastapi, which ``verl`` itself
+# does not require; the facade's side-by-side tests need a real RL-Insight in the same env.
+VERL_VERSIONS = ("0.9.1",)
+
+
+@nox.session(tags=["verl"])
+@nox.parametrize("verl", [nox.param(version, id=version) for version in VERL_VERSIONS])
+def verl(session: nox.Session, verl: str) -> None:
+    """tests/verl: verl's real agent loops on CPU (in-process and on Ray) traced by the plugin."""
+    install_once(
+        session,
+        "-e",
+        f"{ROOT}[test,verl]",
+        f"verl=={verl}",
+        "cachetools",
+        "uvicorn",
+        "fastapi",
+        "rl-insight==0.3.0",
+    )
+    session.run("python", "-m", "pytest", "tests/verl", *session.posargs, env=LOOPBACK_ENV)
+
+
 @nox.session(tags=["bench"])
 def bench(session: nox.Session) -> None:
     """bench/run.py: writes bench/results.json, docs/performance.md and docs/performance.png."""

@@ -31,7 +31,7 @@ from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.rl_insight.compat import Probe
 from verl_otel_bridge.session import Session
 
-logger = logging.getLogger("verl_otel_bridge.verl")
+logger = logging.getLogger("verl_otel_bridge.verl.logger")
 
 
 class AgentLoopSession:
