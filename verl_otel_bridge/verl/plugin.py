@@ -1,0 +1,65 @@
+"""The ``verl.plugins`` entry point: ``import verl`` imports this module in every process.
+
+It imports no verl module and does nothing costly: it registers post-import
+hooks (``wrapt``) that wrap verl's agent-loop methods when verl itself imports
+them (:mod:`verl_otel_bridge.verl.tracing`). Whether anything is traced is
+decided per trajectory: verl's rollout-trace backend is ``otel``
+(``actor_rollout_ref.rollout.trace.backend=otel``), or :data:`SWITCH_ENV` says so.
+
+verl logs a plugin that raises at DEBUG only, so this module says its own
+problems at WARNING and never raises.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from types import ModuleType
+
+logger = logging.getLogger("verl_otel_bridge.verl.plugin")
+
+#: ``1``: trace verl's agent loops whatever its rollout-trace backend; ``0``: never;
+#: unset: trace iff the backend is :data:`BACKEND`.
+SWITCH_ENV = "VERL_OTEL_TRACE"
+#: The value of ``actor_rollout_ref.rollout.trace.backend`` that turns tracing on.
+BACKEND = "otel"
+
+#: verl module -> the function of :mod:`verl_otel_bridge.verl.tracing` that wraps it.
+HOOKS = {
+    "verl.experimental.agent_loop.agent_loop": "install_agent_loop",
+    "verl.experimental.agent_loop.tool_agent_loop": "install_tool_agent_loop",
+    "verl.workers.rollout.llm_server": "install_llm_server",
+}
+
+
+def _hook(installer: str) -> Callable[[ModuleType], None]:
+    def install(module: ModuleType) -> None:
+        try:
+            tracing = importlib.import_module("verl_otel_bridge.verl.tracing")
+            getattr(tracing, installer)(module)
+        except Exception:
+            logger.warning("verl_otel_bridge: wrapping %s failed; it is not traced", module.__name__, exc_info=True)
+
+    return install
+
+
+def register() -> bool:
+    """Register the post-import hooks (idempotent per process); False when ``wrapt`` is missing."""
+    try:
+        import wrapt
+    except ImportError:
+        logger.warning(
+            "verl_otel_bridge: the verl plugin needs wrapt, which is not installed; verl's agent loops are "
+            "not traced. Install it with: pip install 'verl-otel-bridge[verl]'"
+        )
+        return False
+    for module, installer in HOOKS.items():
+        wrapt.register_post_import_hook(_hook(installer), module)
+    return True
+
+
+try:
+    register()
+except Exception:
+    logger.warning("verl_otel_bridge: registering the verl plugin failed; nothing is traced", exc_info=True)
