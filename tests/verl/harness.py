@@ -198,7 +198,11 @@ def make_batch(
 
 
 class ScriptedServer:
-    """The LLM server: a prompt without tool results gets the three tool calls (when tools are on), else the answer."""
+    """The LLM server: a prompt without tool results gets the three tool calls (when tools are on), else the answer.
+
+    ``calls`` records each call: the trajectory's ``sample`` (read from the prompt), its
+    ``round`` (0: before tool results, 1: after) and the token counts it returned.
+    """
 
     def __init__(self, model_dir: str, use_tools: bool) -> None:
         from transformers import AutoTokenizer
@@ -213,14 +217,23 @@ class ScriptedServer:
         from verl.workers.rollout.replica import TokenOutput
 
         prompt = self.tokenizer.decode(list(prompt_ids))
-        if self.use_tools and "<|im_start|>tool" not in prompt:
+        rounds = prompt.count("<|im_start|>tool")
+        if self.use_tools and not rounds:
             text = "".join(
                 f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>" for name, args in TOOL_CALLS
             )
         else:
             text = FINAL_ANSWER
         token_ids = self.tokenizer.encode(text, add_special_tokens=False)
-        self.calls.append({"prompt_tokens": len(prompt_ids), "completion_tokens": len(token_ids)})
+        question = int(prompt.split("question ", 1)[1].split("<", 1)[0])
+        self.calls.append(
+            {
+                "sample": str(100 + question),
+                "round": min(rounds, 1),
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": len(token_ids),
+            }
+        )
         return TokenOutput(
             token_ids=token_ids,
             log_probs=[-0.5] * len(token_ids),
@@ -282,3 +295,65 @@ def make_worker(config: Any, model_dir: Path, *, use_tools: bool) -> tuple[Any, 
     client = LLMServerClient(config, load_balancer_handle=Remote(LoadBalancer(Remote(server))))
     reward = Remote(RewardLoopWorker(config))
     return AgentLoopWorker(config, llm_client=client, reward_loop_worker_handles=[reward]), server
+
+
+def records(spans: Sequence[Any]) -> list[dict[str, Any]]:
+    """Finished spans as the JSONL exporter writes them (one dict per span)."""
+    from verl_otel_bridge.records import span_to_record
+
+    return [span_to_record(span) for span in spans]
+
+
+def by_trajectory(spans: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
+    """Span records grouped by (sample, session) of their identity."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for span in spans:
+        attributes = span["attributes"]
+        groups.setdefault((attributes["sample"], attributes["session"]), []).append(span)
+    return groups
+
+
+def check_trajectory(
+    spans: Sequence[Mapping[str, Any]],
+    *,
+    identity: Mapping[str, Any],
+    agent_name: str,
+    generate_calls: Sequence[Mapping[str, int]],
+    tool_names: Sequence[str] = (),
+) -> Mapping[str, Any]:
+    """What every traced trajectory must be: returns its session span record."""
+    (session,) = [s for s in spans if s["name"] == "agent_session"]
+    assert session["parent_span_id"] is None or identity.get("_parent") == session["parent_span_id"]
+    for span in spans:
+        for key, value in identity.items():
+            if not key.startswith("_"):
+                assert span["attributes"][key] == value, (span["name"], key, span["attributes"])
+        assert span["trace_id"] == session["trace_id"], "a trajectory is one trace"
+    attributes = session["attributes"]
+    assert (attributes["agent_name"], attributes["validate"]) == (agent_name, identity.get("_validate", False))
+    assert attributes["reward_score"] == 1.0 and attributes["reward_extra_info"] == '{"acc": 1.0}'
+    assert attributes["status"] == "success" and attributes["num_turns"] >= 2
+    assert {"verl.generate_sequences", "verl.tool_calls", "verl.compute_score"} <= set(attributes)
+    (task,) = [s for s in spans if s["name"] == "agent_task"]
+    assert task["parent_span_id"] == session["span_id"] and task["attributes"]["task_name"] == agent_name
+    turns = sorted((s for s in spans if s["name"] == "agent_turn"), key=lambda s: s["attributes"]["turn"])
+    assert [t["attributes"]["turn"] for t in turns] == list(range(len(turns)))
+    assert all(t["parent_span_id"] == task["span_id"] for t in turns)
+    generates = [t["attributes"] for t in turns if t["attributes"]["type"] == "generate"]
+    assert [(g["prompt_tokens"], g["completion_tokens"]) for g in generates] == [
+        (c["prompt_tokens"], c["completion_tokens"]) for c in generate_calls
+    ]
+    assert all(g["finish_reason"] == "completed" and g["server_id"] == "server-0" for g in generates)
+    assert all(g["cached_tokens"] == 4 for g in generates)
+    tools = [t["attributes"] for t in turns if t["attributes"]["type"] == "tool"]
+    assert sorted(t["tools"] for t in tools) == sorted(tool_names)
+    return session
+
+
+def calls_of(server: ScriptedServer, sample: str) -> list[dict[str, Any]]:
+    """The generate calls one trajectory of ``sample`` made, in order (its rollouts call alike)."""
+    calls = [c for c in server.calls if c["sample"] == sample]
+    ordered: dict[int, dict[str, Any]] = {}
+    for call in calls:
+        assert ordered.setdefault(call["round"], call) == call, "rollouts of one prompt differ"
+    return [ordered[r] for r in sorted(ordered)]
