@@ -5,18 +5,22 @@ Switch with two lines::
     # from verl.utils.tracking import RLInsightLogger
     from verl_otel_bridge.verl import RLInsightLogger
 
-Same class attributes, classmethods, signatures and return shapes as verl's
-class, with the risks its review named fixed: spans never block the caller on
+The public members of verl 0.9.1's class (constructor included) with the same
+names, parameters, defaults and return shapes, and what verl does when
+``VERL_RL_INSIGHT_ENABLE`` is not ``1``: nothing that touches RL-Insight. When
+enabled, the risks its review named are fixed: spans never block the caller on
 an RL-Insight call, ``rl_insight.init`` runs once per process with the project
-and experiment name, identity never comes from a process-wide singleton, and
-degraded features are counted in ``verl_otel_bridge.status()`` instead of being
-hidden after one warning. ``docs/verl.md`` lists every behaviour difference.
+and experiment name, degraded features are counted in
+``verl_otel_bridge.status()`` instead of being hidden after one warning, and a
+metrics registration made while RL-Insight was unusable is retried once it is
+usable. ``docs/verl.md`` lists every behaviour difference.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -26,6 +30,7 @@ from packaging.version import Version
 
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.current import configure, get_bridge
+from verl_otel_bridge.identity import SessionIdentity
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.rl_insight.compat import Probe
@@ -37,13 +42,14 @@ logger = logging.getLogger("verl_otel_bridge.verl.logger")
 class AgentLoopSession:
     """What ``RLInsightLogger.agent_loop_session`` returns: ``.identity`` and ``.finish(...)``.
 
-    The session is an ``agent_session`` span started at creation and ended by
-    :meth:`finish`; it is not made current, as RL-Insight's object is not.
+    With a session, it is an ``agent_session`` span started at creation and ended by
+    :meth:`finish`; it is not made current, as RL-Insight's object is not. Without
+    one (verl's switch off) it only carries the identity, like verl's fallback object.
     """
 
-    def __init__(self, session: Session) -> None:
-        self.identity: dict[str, Any] = session.identity.to_dict()
-        self.start_ns: int = getattr(session.span, "start_time", None) or 0
+    def __init__(self, identity: SessionIdentity, session: Session | None = None) -> None:
+        self.identity: dict[str, Any] = identity.to_dict()
+        self.start_ns: int = (getattr(session.span, "start_time", None) or 0) if session is not None else 0
         self._session = session
 
     def finish(
@@ -56,7 +62,7 @@ class AgentLoopSession:
         finished: bool | None = None,
     ) -> None:
         """Set the session's outcome and end its span (a second call is ignored)."""
-        if self._session.finished:
+        if self._session is None or self._session.finished:
             return
         self._session.finish(
             status=status,
@@ -68,33 +74,56 @@ class AgentLoopSession:
         self._session.span.end()
 
 
+_MetricsKey = tuple[str | None, tuple[str, ...], str]
+
+
 class RLInsightLogger:
-    """verl's RL-Insight logger surface, on top of the current bridge. All classmethods."""
+    """verl's RL-Insight logger surface, on top of the current bridge. All classmethods.
+
+    ``RLInsightLogger(project_name, experiment_name, config)`` (what verl's ``Tracking``
+    does) calls :meth:`init`.
+    """
 
     ENABLE_ENV = "VERL_RL_INSIGHT_ENABLE"
     MINIMUM_RL_INSIGHT_VERSION = Version("0.3.0")
 
     # verl keeps these per process; so does the facade (they mirror RL-Insight's own state).
-    _registered_metrics: ClassVar[set[tuple[Any, ...]]] = set()
+    _init_done: ClassVar[bool] = False
+    _registered_metrics: ClassVar[set[_MetricsKey]] = set()
+    #: Registrations asked for while RL-Insight was unusable, made once it is usable.
+    _pending_metrics: ClassVar[dict[_MetricsKey, tuple[list[str], str | None, Any]]] = {}
     _lock = threading.Lock()
     _once = OnceLogger(logger)
+
+    def __init__(self, project_name: str | None, experiment_name: str | None, config: Any = None) -> None:
+        self.init(project_name=project_name, experiment_name=experiment_name, config=config)
 
     @classmethod
     def enabled(cls) -> bool:
         """True iff ``VERL_RL_INSIGHT_ENABLE`` is ``"1"`` (verl sets it when ``trainer.logger`` has ``rl_insight``)."""
-        return os.environ.get(cls.ENABLE_ENV, "0") == "1"
+        return os.environ.get(cls.ENABLE_ENV) == "1"
 
     @classmethod
-    def init(cls, project_name: str, experiment_name: str, config: Mapping[str, Any] | None = None) -> None:
-        """Configure the bridge from the verl config and initialise RL-Insight once, with the run's identity."""
-        overrides: dict[str, Any] = {"project": project_name, "experiment_name": experiment_name}
-        if cls.enabled():
-            overrides["rl_insight_enable"] = True
+    def init(cls, project_name: str | None = None, experiment_name: str | None = None, config: Any = None) -> None:
+        """When enabled: configure the bridge from the verl config and initialise RL-Insight once, with the
+        run's identity; then register transfer_queue's metrics as verl does. Disabled: nothing."""
+        if not cls.enabled():
+            return
+        overrides: dict[str, Any] = {"rl_insight_enable": True}
+        if project_name is not None:
+            overrides["project"] = project_name
+        if experiment_name is not None:
+            overrides["experiment_name"] = experiment_name
         bridge = configure(BridgeConfig.from_verl(config or {}, **overrides))
-        bridge.rl_insight_probe(initialize=True)
+        cls._init_done = True
+        probe = bridge.rl_insight_probe(initialize=True)
+        if probe is not None and probe.usable:
+            cls._register_pending(probe)
+        if config is not None:
+            cls.register_transfer_queue_metrics(config)
 
     @classmethod
-    def log(cls, data: Mapping[str, Any], step: int | None = None) -> None:
+    def log(cls, data: Mapping[str, Any], step: Any) -> None:
         """verl's metric behaviour: numeric values as gauges named ``key`` with ``/`` -> ``_``; ``step`` ignored."""
         if not cls.enabled():
             return
@@ -115,9 +144,13 @@ class RLInsightLogger:
 
     @classmethod
     @contextmanager
-    def trace_state(cls, state_name: str, *, state_lane_id: str | None = None, **labels: Any) -> Iterator[None]:
-        """RL-Insight's ``trace_state`` when usable; otherwise a bridge span with the same attributes."""
-        probe = cls._usable("trace_state") if cls.enabled() else None
+    def trace_state(cls, state_name: str, *, state_lane_id: str | int | None = None, **labels: Any) -> Iterator[None]:
+        """Disabled: pass-through. Enabled: RL-Insight's ``trace_state`` when usable, else a bridge span
+        with the same attributes."""
+        if not cls.enabled():
+            yield
+            return
+        probe = cls._usable("trace_state")
         if probe is not None and probe.module is not None:
             with probe.module.trace_state(state_name, state_lane_id=state_lane_id, **labels):
                 yield
@@ -135,16 +168,18 @@ class RLInsightLogger:
         *,
         start_time_ns: int,
         end_time_ns: int,
-        attributes: Mapping[str, Any] | None = None,
+        attributes: dict[str, Any] | None = None,
     ) -> None:
-        """Report a completed span; becomes ``record_span`` (exported in the background, never blocking)."""
+        """Disabled: nothing. Enabled: ``record_span`` (exported in the background, never blocking)."""
+        if not cls.enabled():
+            return
         get_bridge().record_span(name, start_time_ns=start_time_ns, end_time_ns=end_time_ns, attributes=attributes)
 
     @classmethod
     def agent_loop_session(
         cls,
         *,
-        experiment_name: str | None = None,
+        experiment_name: Any | None = None,
         sample: Any,
         session: Any,
         traj: Any = 0,
@@ -152,7 +187,26 @@ class RLInsightLogger:
         global_steps: Any = None,
         session_id: Any = None,
     ) -> AgentLoopSession:
-        """Start an agent-loop session; the identity's project and experiment come from the bridge config."""
+        """Start an agent-loop session (an ``agent_session`` span when enabled; disabled, identity only).
+
+        Project and experiment come from verl's ``RolloutTraceConfig`` when it has them (as in
+        verl), else from the bridge config; ``experiment_name`` wins over both.
+        """
+        project, traced_experiment = _rollout_trace_names()
+        if experiment_name is None:
+            experiment_name = traced_experiment
+        if not cls.enabled():
+            identity = SessionIdentity.create(  # what verl's call gives with RL-Insight 0.3.0 installed
+                project=project,
+                experiment_name=experiment_name,
+                sample=sample,
+                session=session,
+                traj=traj,
+                uid=uid,
+                global_steps=global_steps,
+                session_id=session_id,
+            )
+            return AgentLoopSession(identity)
         session_ = get_bridge().start_session(
             sample=sample,
             session=session,
@@ -160,34 +214,67 @@ class RLInsightLogger:
             uid=uid,
             global_steps=global_steps,
             session_id=session_id,
+            project=project,
             experiment_name=experiment_name,
         )
-        return AgentLoopSession(session_)
+        return AgentLoopSession(session_.identity, session_)
+
+    @classmethod
+    def register_rollout_metrics(
+        cls,
+        server_addresses: list[str],
+        rollout_name: str | None,
+        labels: list[dict[str, Any] | None] | None = None,
+    ) -> None:
+        """The rollout servers' Prometheus endpoints, as verl's ``llm_server.py`` registers them."""
+        cls.register_metrics(server_addresses, rollout_name, labels)
+
+    @classmethod
+    def register_transfer_queue_metrics(cls, config: Any) -> None:
+        """transfer_queue's metrics endpoint, when ``transfer_queue.metrics.enabled`` in the verl config."""
+        if not (config or {}).get("transfer_queue", {}).get("metrics", {}).get("enabled", False):
+            return
+        try:
+            import transfer_queue
+
+            endpoint = transfer_queue.get_metrics_endpoint()
+        except Exception:
+            logger.exception("[rl-insight] Failed to get transfer_queue metrics endpoint")
+            return
+        if endpoint:
+            cls.register_metrics([endpoint], "transfer_queue", None)
 
     @classmethod
     def register_metrics(
         cls,
-        addrs: Sequence[str],
+        server_addresses: list[str],
         job_name: str | None = None,
-        labels: Sequence[Mapping[str, Any] | None] | None = None,
+        labels: list[dict[str, Any] | None] | None = None,
     ) -> None:
-        """Register Prometheus scrape targets with RL-Insight once per distinct call; errors are logged."""
-        key = (tuple(addrs), job_name, repr(labels))
-        with cls._lock:
-            if key in cls._registered_metrics:
-                return
-            cls._registered_metrics.add(key)
-        probe = cls._usable("register_metrics")
-        if probe is None or probe.module is None:
+        """Register Prometheus scrape targets with RL-Insight once per distinct call; errors are logged.
+
+        Asked while RL-Insight is unusable, the registration is kept and made as soon as a
+        later call of this class finds RL-Insight usable.
+        """
+        if not cls.enabled():
             return
-        try:
-            probe.module.update_prometheus_config(list(addrs), job_name=job_name, labels=labels)
-        except Exception as exc:  # noqa: BLE001
-            logger.error("registering metrics endpoints %s with RL-Insight failed: %s", list(addrs), exc)
+        key: _MetricsKey = (job_name, tuple(server_addresses), repr(labels))
+        with cls._lock:
+            if key in cls._registered_metrics or key in cls._pending_metrics:
+                return  # made, or kept until RL-Insight is usable
+            cls._pending_metrics[key] = (list(server_addresses), job_name, labels)
+        probe = cls._usable("register_metrics")
+        if probe is not None:
+            cls._register_pending(probe)
 
     @classmethod
     def finish(cls) -> None:
-        """Flush and shut the bridge down, then ``rl_insight.finish()`` and reset, as verl's does."""
+        """Flush the bridge, then ``rl_insight.finish()`` (if the bridge initialised it) and reset, as verl's does.
+
+        Nothing when neither :meth:`init` nor a first use initialised anything (as verl).
+        """
+        if not (cls._init_done or rl_insight_compat.init_calls()):
+            return
         bridge = get_bridge()
         probe = bridge.rl_insight_probe()
         bridge.force_flush()
@@ -197,19 +284,45 @@ class RLInsightLogger:
             except Exception as exc:  # noqa: BLE001
                 logger.error("rl_insight.finish() raised: %s", exc)
         with cls._lock:
+            cls._init_done = False
             cls._registered_metrics.clear()
+            cls._pending_metrics.clear()
 
     @staticmethod
     def rollout_state_lane_id(rank: int, prefix: str = "rollout") -> str:
-        """verl's lane id for rollout replica ``rank``: ``f"{prefix}_replica_{rank}"``."""
+        """The lane id for rollout replica ``rank``: ``f"{prefix}_replica_{rank}"`` (not in verl 0.9.1's class)."""
         return f"{prefix}_replica_{rank}"
 
     @classmethod
+    def _register_pending(cls, probe: Probe) -> None:
+        """Make the registrations still pending (RL-Insight is usable now)."""
+        if probe.module is None:
+            return
+        with cls._lock:
+            pending = list(cls._pending_metrics.items())
+        for key, (addresses, job_name, labels) in pending:
+            with cls._lock:
+                if cls._pending_metrics.pop(key, None) is None:
+                    continue  # another thread took it
+            try:
+                probe.module.update_prometheus_config(addresses, job_name=job_name, labels=labels)
+            except Exception as exc:  # noqa: BLE001
+                logger.error("registering metrics endpoints %s with RL-Insight failed: %s", addresses, exc)
+                continue  # as verl: not remembered, so the same call later tries again
+            with cls._lock:
+                cls._registered_metrics.add(key)
+
+    @classmethod
     def _usable(cls, feature: str) -> Probe | None:
-        """RL-Insight's probe (initialised) if usable for ``feature``; else None, counted and logged once."""
+        """RL-Insight's probe (initialised) if usable for ``feature``; else None, counted and logged once.
+
+        Usable, it also makes the metrics registrations still pending.
+        """
         bridge = get_bridge()
         probe = bridge.rl_insight_probe(initialize=True)
         if probe is not None and probe.usable:
+            if cls._pending_metrics and feature != "register_metrics":
+                cls._register_pending(probe)
             return probe
         bridge.counts.add(f"verl.{feature}_degraded")
         reason = probe.detail if probe is not None else "the bridge is configured without RL-Insight"
@@ -221,3 +334,16 @@ class RLInsightLogger:
             reason,
         )
         return None
+
+
+def _rollout_trace_names() -> tuple[Any, Any]:
+    """(project, experiment) from verl's ``RolloutTraceConfig`` when verl is loaded, else (None, None)."""
+    rollout_trace = sys.modules.get("verl.utils.rollout_trace")
+    if rollout_trace is None:
+        return None, None
+    try:
+        instance = rollout_trace.RolloutTraceConfig.get_instance()
+        return instance.project_name, instance.experiment_name
+    except Exception as exc:  # noqa: BLE001 - a verl we do not know; the bridge config applies
+        logger.warning("verl's RolloutTraceConfig could not be read (%r); using the bridge config", exc)
+        return None, None
