@@ -169,7 +169,7 @@ def test_0_2_0_is_never_called_so_no_hub_exists(
         assert bridge.status()["reason"] == "no_version"
         assert bridge.rl_insight_probe(initialize=True).reason == "no_version"
     # the verl facade, whose original would lazily call rl_insight.init() here
-    RLInsightLogger.log({"loss": 1.0})
+    RLInsightLogger.log({"loss": 1.0}, step=0)
     with RLInsightLogger.trace_state("rollout", state_lane_id="lane"):
         pass
     RLInsightLogger.register_metrics(["127.0.0.1:1"], job_name="j")

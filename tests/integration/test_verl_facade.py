@@ -456,7 +456,7 @@ go = threading.Event()
 
 def thread_work(i):
     go.wait(60)
-    RLInsightLogger.log({f"conc_{tag}/t{i}": float(i)})
+    RLInsightLogger.log({f"conc_{tag}/t{i}": float(i)}, step=1)
     now = time.time_ns()
     RLInsightLogger.trace_span(f"thread.{i}", start_time_ns=now, end_time_ns=now + 1000, attributes={"tag": tag})
     s = RLInsightLogger.agent_loop_session(sample=f"{tag}-t{i}", session=0, global_steps=1)
@@ -467,7 +467,7 @@ async def coroutine_work(j):
     RLInsightLogger.trace_span(f"coroutine.{j}", start_time_ns=now, end_time_ns=now + 1000, attributes={"tag": tag})
     s = RLInsightLogger.agent_loop_session(sample=f"{tag}-c{j}", session=0, global_steps=1)
     await asyncio.sleep(0)
-    RLInsightLogger.log({f"conc_{tag}/c{j}": float(j)})
+    RLInsightLogger.log({f"conc_{tag}/c{j}": float(j)}, step=1)
     s.finish(trajectories=[], status="success")
 
 async def coroutines():
