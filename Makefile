@@ -16,8 +16,8 @@ $(READY): pyproject.toml
 demo: $(READY)  ## the main job: a simulated agent-loop step, traced, ending with the report of its own run
 	$(BIN)/python examples/agent_loop.py
 
-test: $(READY)  ## unit tests, integration tests against each RL-Insight release, the HTML report in chromium (nox)
-	$(BIN)/nox -s unit integration browser
+test: $(READY)  ## unit tests, integration tests against each RL-Insight release, the HTML report in chromium, tests on real verl (nox)
+	$(BIN)/nox -s unit integration browser verl
 
 unit: $(READY)
 	$(BIN)/nox -s unit
