@@ -55,7 +55,7 @@ def verl_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def ray_local(verl_files: dict[str, Path]) -> Iterator[stack.RayLoopback]:
     """Ray on loopback, shared with the RL-Insight hub; workers configure their bridge from this environment."""
     worker_env = {
-        "PYTHONPATH": str(verl_files["root"]),
+        "PYTHONPATH": os.pathsep.join([str(verl_files["root"]), str(HERE)]),  # tool modules; the stand-ins
         f"{WORKER_PREFIX}EXPORTER": "jsonl",
         f"{WORKER_PREFIX}JSONL_PATH": str(verl_files["spans"] / "worker-{pid}.jsonl"),
     }
@@ -68,7 +68,7 @@ def _clean_process_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts as a fresh verl process would: no bridge, verl's trace config not yet initialised,
     no ``VERL_OTEL_BRIDGE_*`` (the Ray workers' variables stay theirs) and the plugin switch unset."""
     import verl_otel_bridge as vob
-    from verl_otel_bridge import rl_insight_compat
+    from verl_otel_bridge.rl_insight import compat as rl_insight_compat
     from verl_otel_bridge.verl.plugin import SWITCH_ENV
 
     for name in [n for n in os.environ if n.startswith(WORKER_PREFIX)]:

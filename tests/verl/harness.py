@@ -38,6 +38,8 @@ TOOL_CALLS = [
     ("add_numbers", {"a": 40, "b": 2}),
 ]
 OVERRIDE_TEXT = "override tool ran"
+#: In a prompt: the scripted model calls the tools (the batch rows for ``tool_agent`` have it).
+TOOLS_MARK = "[tools]"
 
 TOOLS_MODULE = '''
 from verl.tools.base_tool import BaseTool
@@ -178,14 +180,22 @@ def make_config(
 
 
 def make_batch(
-    num_prompts: int, n: int = 1, *, step: int = 3, agent_name: str = "single_turn_agent", validate: bool = False
+    num_prompts: int,
+    n: int = 1,
+    *,
+    step: int = 3,
+    agent_name: str = "single_turn_agent",
+    validate: bool = False,
+    first: int = 0,
 ) -> Any:
-    """A batch as verl's trainer hands it to ``generate_sequences``: ``n`` rollouts per prompt, ``uid`` per prompt."""
+    """A batch as verl's trainer hands it to ``generate_sequences``: ``n`` rollouts per prompt, ``uid`` per prompt;
+    prompts are numbered from ``first`` (their sample index is ``100 + number``)."""
     from verl.protocol import DataProto
 
-    rows = [(p, r) for p in range(num_prompts) for r in range(n)]
+    rows = [(p, r) for p in range(first, first + num_prompts) for r in range(n)]
+    mark = f"{TOOLS_MARK} " if agent_name == "tool_agent" else ""
     non_tensor = {
-        "raw_prompt": np.array([[{"role": "user", "content": f"question {p}"}] for p, _ in rows], dtype=object),
+        "raw_prompt": np.array([[{"role": "user", "content": f"{mark}question {p}"}] for p, _ in rows], dtype=object),
         "index": np.array([100 + p for p, _ in rows]),
         "uid": np.array([f"uid-{p}" for p, _ in rows], dtype=object),
         "agent_name": np.array([agent_name] * len(rows), dtype=object),
@@ -198,18 +208,21 @@ def make_batch(
 
 
 class ScriptedServer:
-    """The LLM server: a prompt without tool results gets the three tool calls (when tools are on), else the answer.
+    """The LLM server: a prompt asking for tools (:data:`TOOLS_MARK`) and without tool results yet gets the
+    three tool calls, anything else the answer.
 
     ``calls`` records each call: the trajectory's ``sample`` (read from the prompt), its
     ``round`` (0: before tool results, 1: after) and the token counts it returned.
     """
 
-    def __init__(self, model_dir: str, use_tools: bool) -> None:
+    def __init__(self, model_dir: str) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.use_tools = use_tools
         self.calls: list[dict[str, Any]] = []
+
+    def get_calls(self) -> list[dict[str, Any]]:
+        return self.calls
 
     async def generate(
         self, *, request_id: str, prompt_ids: Sequence[int], sampling_params: Mapping[str, Any], **kwargs: Any
@@ -218,7 +231,7 @@ class ScriptedServer:
 
         prompt = self.tokenizer.decode(list(prompt_ids))
         rounds = prompt.count("<|im_start|>tool")
-        if self.use_tools and not rounds:
+        if TOOLS_MARK in prompt and not rounds:
             text = "".join(
                 f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>" for name, args in TOOL_CALLS
             )
@@ -285,13 +298,13 @@ class Remote:
         return _Method(getattr(self._target, name))
 
 
-def make_worker(config: Any, model_dir: Path, *, use_tools: bool) -> tuple[Any, ScriptedServer]:
+def make_worker(config: Any, model_dir: Path) -> tuple[Any, ScriptedServer]:
     """verl's ``AgentLoopWorker`` with the stand-ins, and the scripted server it talks to."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
     from verl.workers.rollout.llm_server import LLMServerClient
 
-    server = ScriptedServer(str(model_dir), use_tools)
+    server = ScriptedServer(str(model_dir))
     client = LLMServerClient(config, load_balancer_handle=Remote(LoadBalancer(Remote(server))))
     reward = Remote(RewardLoopWorker(config))
     return AgentLoopWorker(config, llm_client=client, reward_loop_worker_handles=[reward]), server
@@ -323,7 +336,7 @@ def check_trajectory(
 ) -> Mapping[str, Any]:
     """What every traced trajectory must be: returns its session span record."""
     (session,) = [s for s in spans if s["name"] == "agent_session"]
-    assert session["parent_span_id"] is None or identity.get("_parent") == session["parent_span_id"]
+    assert session["parent_span_id"] == identity.get("_parent")  # the trainer's span, when it sent one
     for span in spans:
         for key, value in identity.items():
             if not key.startswith("_"):
@@ -350,10 +363,11 @@ def check_trajectory(
     return session
 
 
-def calls_of(server: ScriptedServer, sample: str) -> list[dict[str, Any]]:
-    """The generate calls one trajectory of ``sample`` made, in order (its rollouts call alike)."""
-    calls = [c for c in server.calls if c["sample"] == sample]
-    ordered: dict[int, dict[str, Any]] = {}
+def calls_of(calls: Sequence[Mapping[str, Any]], sample: str) -> list[Mapping[str, Any]]:
+    """Of a :class:`ScriptedServer`'s ``calls``: those one trajectory of ``sample`` made, in order
+    (its rollouts call alike)."""
+    calls = [c for c in calls if c["sample"] == sample]
+    ordered: dict[int, Mapping[str, Any]] = {}
     for call in calls:
         assert ordered.setdefault(call["round"], call) == call, "rollouts of one prompt differ"
     return [ordered[r] for r in sorted(ordered)]

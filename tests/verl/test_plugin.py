@@ -18,7 +18,6 @@ from typing import Any
 
 import harness
 import pytest
-import wrapt
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import current
@@ -27,11 +26,11 @@ from verl_otel_bridge.verl import tracing
 from verl_otel_bridge.verl.plugin import SWITCH_ENV
 
 
-def run(config: Any, model_dir: Path, batch: Any, *, use_tools: bool = False) -> tuple[Any, harness.ScriptedServer]:
+def run(config: Any, model_dir: Path, batch: Any) -> tuple[Any, harness.ScriptedServer]:
     """verl's worker built and run in one event loop (its reward worker keeps the loop it was made in)."""
 
     async def main() -> tuple[Any, harness.ScriptedServer]:
-        worker, server = harness.make_worker(config, model_dir, use_tools=use_tools)
+        worker, server = harness.make_worker(config, model_dir)
         return await worker.generate_sequences(batch), server
 
     return asyncio.run(asyncio.wait_for(main(), 120))
@@ -69,11 +68,11 @@ def test_import_verl_loads_the_plugin_and_the_plugin_imports_no_verl_module() ->
     alone = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert alone.stdout.strip() == "[]"
     probe = (
-        "import sys, inspect, verl, wrapt; print('verl_otel_bridge.verl.plugin' in sys.modules); "
+        "import sys, inspect, verl; print('verl_otel_bridge.verl.plugin' in sys.modules); "
         "from verl.experimental.agent_loop.agent_loop import AgentLoopWorker as W; "
         "from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop as T; "
         "from verl.workers.rollout.llm_server import LLMServerClient as C; "
-        "print([isinstance(vars(k)[m], wrapt.FunctionWrapper) and inspect.iscoroutinefunction(getattr(k, m)) "
+        "print([getattr(vars(k)[m], '__verl_otel_bridge_patched__', False) and inspect.iscoroutinefunction(getattr(k, m)) "
         "for k, m in ((W, '_run_agent_loop'), (W, 'generate_sequences'), (T, '_call_tool'), (C, 'generate'))])"
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
@@ -99,7 +98,7 @@ def test_single_turn_loop_one_session_per_trajectory(verl_files: dict[str, Path]
             group,
             identity=identity(sample, int(session), step=7, project="trace-proj", experiment="trace-exp"),
             agent_name="single_turn_agent",
-            generate_calls=harness.calls_of(server, sample),
+            generate_calls=harness.calls_of(server.calls, sample),
         )
         assert session_span["attributes"]["response_length"] == server.calls[0]["completion_tokens"]
         assert len(group) == 3  # session, the loop's run, one generate turn
@@ -113,14 +112,13 @@ def test_tool_loop_one_turn_per_call_and_per_tool_of_every_kind(verl_files: dict
             tools_config(verl_files),
             verl_files["model"],
             harness.make_batch(2, n=1, agent_name="tool_agent", validate=True),
-            use_tools=True,
         )
         assert capture.bridge.force_flush(30)
         spans = harness.records(capture.spans)
     groups = harness.by_trajectory(spans)
     assert sorted(groups) == [("100", "0"), ("101", "0")]
     for (sample, _), group in groups.items():
-        calls = harness.calls_of(server, sample)
+        calls = harness.calls_of(server.calls, sample)
         assert len(calls) == 2  # tool calls, then the answer
         harness.check_trajectory(
             group,
@@ -143,12 +141,7 @@ def test_tool_loop_one_turn_per_call_and_per_tool_of_every_kind(verl_files: dict
 
 def test_long_tool_response_is_bounded_like_every_attribute(verl_files: dict[str, Path]) -> None:
     with capture_spans(max_attribute_length=16) as capture:
-        run(
-            tools_config(verl_files),
-            verl_files["model"],
-            harness.make_batch(1, agent_name="tool_agent"),
-            use_tools=True,
-        )
+        run(tools_config(verl_files), verl_files["model"], harness.make_batch(1, agent_name="tool_agent"))
         assert capture.bridge.force_flush(30)
     (default,) = [s for s in capture.by_name("agent_turn") if s.attributes.get("tools") == "base_default"]
     assert str(default.attributes["content"]).startswith("Updated ") and "truncated" in str(
@@ -208,7 +201,7 @@ def test_untraced_trajectory_makes_no_span(verl_files: dict[str, Path]) -> None:
     config = harness.make_config(verl_files["model"])
 
     async def main() -> Any:
-        worker, _ = harness.make_worker(config, verl_files["model"], use_tools=False)
+        worker, _ = harness.make_worker(config, verl_files["model"])
         batch = harness.make_batch(1)
         kwargs = {k: v[0] for k, v in batch.non_tensor_batch.items()}
         info = {"step": 1, "sample_index": 0, "rollout_n": 0, "validate": False}
@@ -248,7 +241,7 @@ def test_a_bad_bridge_setting_fails_the_worker_at_start(
 ) -> None:
     monkeypatch.setenv("VERL_OTEL_BRIDGE_EXPORTER", "nowhere")
     with pytest.raises(ValueError, match="exporter"):
-        harness.make_worker(harness.make_config(verl_files["model"]), verl_files["model"], use_tools=False)
+        harness.make_worker(harness.make_config(verl_files["model"]), verl_files["model"])
 
 
 def test_an_instrumentation_error_is_logged_once_and_verl_runs_unchanged(
@@ -301,7 +294,7 @@ def test_unknown_verl_method_is_logged_once_and_left_unwrapped(caplog: pytest.Lo
     module.AgentLoopWorker = AgentLoopWorker  # type: ignore[attr-defined]
     caplog.set_level(logging.WARNING, logger="verl_otel_bridge")
     tracing.install_agent_loop(module)
-    assert not isinstance(vars(AgentLoopWorker)["_run_agent_loop"], wrapt.FunctionWrapper)
+    assert not hasattr(vars(AgentLoopWorker)["_run_agent_loop"], tracing.PATCHED)
     assert inspect.iscoroutinefunction(AgentLoopWorker._run_agent_loop)
     (said,) = [r for r in caplog.records if "is not the method the verl plugin knows" in r.getMessage()]
     assert "trajectory" in said.getMessage()

@@ -1,7 +1,7 @@
 """The ``verl.plugins`` entry point: ``import verl`` imports this module in every process.
 
 It imports no verl module and does nothing costly: it registers post-import
-hooks (``wrapt``) that wrap verl's agent-loop methods when verl itself imports
+hooks (``wrapt``) that patch verl's agent-loop methods when verl itself imports
 them (:mod:`verl_otel_bridge.verl.tracing`). Whether anything is traced is
 decided per trajectory: verl's rollout-trace backend is ``otel``
 (``actor_rollout_ref.rollout.trace.backend=otel``), or :data:`SWITCH_ENV` says so.

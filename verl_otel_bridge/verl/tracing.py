@@ -17,6 +17,7 @@ if unwrapped. Exceptions of verl's own code pass through unchanged.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import os
@@ -27,8 +28,6 @@ from contextlib import AbstractContextManager, ExitStack
 from contextvars import ContextVar
 from types import ModuleType
 from typing import Any, TypeVar
-
-import wrapt
 
 from verl_otel_bridge import current, propagation
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
@@ -42,6 +41,10 @@ logger = logging.getLogger("verl_otel_bridge.verl.tracing")
 _once = OnceLogger(logger)
 
 _T = TypeVar("_T")
+Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
+
+#: Set on each method the plugin replaced (so a class is patched once).
+PATCHED = "__verl_otel_bridge_patched__"
 
 #: ``DataProto.meta_info`` key of the trainer's trace context (see :func:`install_agent_loop`).
 CARRIER_KEY = "verl_otel_bridge.carrier"
@@ -143,11 +146,39 @@ def _recognised(module: ModuleType, target: str) -> bool:
     return True
 
 
-def _wrap(module: ModuleType, target: str, wrapper: Callable[..., Any]) -> bool:
+def _wrap(module: ModuleType, target: str, wrapper: Wrapper) -> bool:
     if not _recognised(module, target):
         return False
-    wrapt.wrap_function_wrapper(module, target, wrapper)
+    owner, _, method = target.partition(".")
+    patch(getattr(module, owner), method, wrapper)
     return True
+
+
+def patch(owner: type, name: str, wrapper: Wrapper) -> None:
+    """Replace ``owner.name`` by a plain function (a coroutine function for a coroutine function) calling
+    ``wrapper(original, self, args, kwargs)``; a method already patched is left alone.
+
+    A plain function with the original's ``__module__`` and ``__qualname__`` (not a ``wrapt``
+    proxy): Ray pickles an actor class's methods by reference to that name, so an
+    ``AgentLoopWorker`` actor runs the patched method of its own process.
+    """
+    original = vars(owner)[name]
+    if getattr(original, PATCHED, False):
+        return
+    if inspect.iscoroutinefunction(original):
+
+        @functools.wraps(original)
+        async def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return await wrapper(original, self, args, kwargs)
+
+    else:
+
+        @functools.wraps(original)
+        def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return wrapper(original, self, args, kwargs)
+
+    setattr(patched, PATCHED, True)
+    setattr(owner, name, patched)
 
 
 def install_agent_loop(module: ModuleType) -> None:
@@ -181,7 +212,7 @@ def _worker_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
         ValueError: a bad ``actor_rollout_ref.rollout.trace.otel_bridge`` setting or
             ``VERL_OTEL_BRIDGE_*`` variable, naming key and fix, so the worker fails at start.
     """
-    wrapped(*args, **kwargs)
+    wrapped(instance, *args, **kwargs)
     if current.current_bridge() is not None:
         return
     if _careful("reading the backend", lambda: wanted(_verl_backend()), False):
@@ -198,7 +229,7 @@ async def _worker_generate_sequences(wrapped: Any, instance: Any, args: Any, kwa
         with ExitStack() as stack:
             if carrier:
                 _enter(stack, "attach", lambda: propagation.attach(carrier))
-            output = await wrapped(*args, **kwargs)
+            output = await wrapped(instance, *args, **kwargs)
     finally:
         _traced_calls.reset(token)
     for bridge in {id(b): b for b in traced}.values():
@@ -207,8 +238,12 @@ async def _worker_generate_sequences(wrapped: Any, instance: Any, args: Any, kwa
     return output
 
 
-async def _manager_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """On the trainer: hand the current span (if any) to the workers, so their sessions are its children."""
+def _manager_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """On the trainer: hand the current span (if any) to the workers, so their sessions are its children.
+
+    Not a coroutine function: verl's method is ``auto_await`` (sync from sync code), so the
+    wrapper returns whatever it returns.
+    """
 
     def send() -> None:
         if not wanted(instance.config.actor_rollout_ref.rollout.trace.get("backend")):
@@ -219,13 +254,13 @@ async def _manager_generate_sequences(wrapped: Any, instance: Any, args: Any, kw
             prompts.meta_info[CARRIER_KEY] = carrier
 
     _careful("sending the trace context", send, None)
-    return await wrapped(*args, **kwargs)
+    return wrapped(instance, *args, **kwargs)
 
 
 async def _run_agent_loop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     with ExitStack() as stack:
         trajectory = _careful("starting the session", lambda: _start(stack, args, kwargs), None)
-        output = await wrapped(*args, **kwargs)
+        output = await wrapped(instance, *args, **kwargs)
         if trajectory is not None:
             _careful("recording the trajectory", lambda: _finish(trajectory, output), None)
         return output
@@ -286,26 +321,25 @@ def _finish(trajectory: _Trajectory, output: Any) -> None:
 
 def _loop_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
     """After ``AgentLoopBase.__init__``: wrap the ``run`` of this loop's class (once per class)."""
-    wrapped(*args, **kwargs)
+    wrapped(instance, *args, **kwargs)
     _careful("wrapping the loop's run", lambda: _wrap_run(type(instance)), None)
 
 
 def _wrap_run(cls: type) -> None:
     owner = next((klass for klass in cls.__mro__ if "run" in vars(klass)), None)
-    if owner is None or isinstance(vars(owner)["run"], wrapt.FunctionWrapper):
-        return
-    wrapt.wrap_function_wrapper(owner, "run", _run)
+    if owner is not None:
+        patch(owner, "run", _run)
 
 
 async def _run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     trajectory = _trajectory.get()
     if trajectory is None or trajectory.in_run:  # untraced, or a subclass's run calling super().run()
-        return await wrapped(*args, **kwargs)
+        return await wrapped(instance, *args, **kwargs)
     trajectory.in_run = True
     try:
         with ExitStack() as stack:
             task = _enter(stack, "starting the task", lambda: trajectory.bridge.task(trajectory.agent_name))
-            output = await wrapped(*args, **kwargs)
+            output = await wrapped(instance, *args, **kwargs)
             if task is not None:
                 _careful("recording the run", lambda: _record_run(trajectory, task, output), None)
             return output
@@ -321,12 +355,12 @@ def _record_run(trajectory: _Trajectory, task: TaskHandle, output: Any) -> None:
 async def _generate(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     trajectory = _trajectory.get()
     if trajectory is None or _generate_turn.get() is not None:  # untraced, or a subclass calling super()
-        return await wrapped(*args, **kwargs)
+        return await wrapped(instance, *args, **kwargs)
     with ExitStack() as stack:
         turn = _enter(stack, "starting the generate turn", lambda: trajectory.bridge.turn(trajectory.next_turn()))
         if turn is not None:
             stack.callback(_generate_turn.reset, _generate_turn.set(turn))
-        output = await wrapped(*args, **kwargs)
+        output = await wrapped(instance, *args, **kwargs)
         if turn is not None:
             _careful("recording the generate turn", lambda: _record_generate(trajectory, turn, kwargs, output), None)
         return output
@@ -350,7 +384,7 @@ def _record_generate(trajectory: _Trajectory, turn: TurnHandle, kwargs: Mapping[
 
 
 async def _acquire_server(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    result = await wrapped(*args, **kwargs)
+    result = await wrapped(instance, *args, **kwargs)
     turn = _generate_turn.get()
     if turn is not None:
         _careful("recording the server", lambda: turn.span.set_attribute("server_id", str(result[0])), None)
@@ -360,7 +394,7 @@ async def _acquire_server(wrapped: Any, instance: Any, args: Any, kwargs: Any) -
 async def _call_tool(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     trajectory = _trajectory.get()
     if trajectory is None:
-        return await wrapped(*args, **kwargs)
+        return await wrapped(instance, *args, **kwargs)
     with ExitStack() as stack:
         turn = _enter(
             stack, "starting the tool turn", lambda: trajectory.bridge.turn(trajectory.next_turn(), type="tool")
@@ -368,7 +402,7 @@ async def _call_tool(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
         if turn is not None:
             _careful("recording the tool call", lambda: _record_tool_call(turn, args, kwargs), None)
         started = time.perf_counter()
-        result = await wrapped(*args, **kwargs)
+        result = await wrapped(instance, *args, **kwargs)
         latency_ms = (time.perf_counter() - started) * 1000
         if turn is not None:
             _careful(
