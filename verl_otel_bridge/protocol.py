@@ -111,3 +111,25 @@ SPAN_ID = "otel.span_id"
 PARENT_SPAN_ID = "otel.parent_span_id"
 STATUS_CODE = "otel.status_code"
 STATUS_DESCRIPTION = "otel.status_description"
+
+# -- what the verl plugin adds (verl_otel_bridge.verl.tracing) ------------------------------
+
+#: On the session span, from verl's trajectory and its ``_run_agent_loop`` result.
+VALIDATE = "validate"
+AGENT_NAME = "agent_name"
+REWARD_SCORE = "reward_score"
+REWARD_EXTRA_INFO = "reward_extra_info"
+NUM_TURNS = "num_turns"
+RESPONSE_LENGTH = "response_length"
+#: On the session span: verl's own per-trajectory metrics (``AgentLoopMetrics``), prefixed.
+VERL_METRIC_PREFIX = "verl."
+VERL_METRICS = ("verl.generate_sequences", "verl.tool_calls", "verl.compute_score", "verl.num_preempted")
+#: On a generate turn, besides the turn fields: cached prompt tokens, the server that answered.
+CACHED_TOKENS = "cached_tokens"
+GEN_AI_CACHED_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+SERVER_ID = "server_id"
+NUM_PREEMPTED = "num_preempted"
+#: On a tool turn, besides the turn fields: the tool's reward, its metrics (JSON) and latency.
+TOOL_REWARD = "tool_reward"
+TOOL_METRICS = "tool_metrics"
+LATENCY_MS = "latency_ms"

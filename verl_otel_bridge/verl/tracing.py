@@ -30,6 +30,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from verl_otel_bridge import current, propagation
+from verl_otel_bridge import protocol as p
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
 from verl_otel_bridge.bridge import Bridge
 from verl_otel_bridge.config import BridgeConfig
@@ -50,8 +51,6 @@ PATCHED = "__verl_otel_bridge_patched__"
 CARRIER_KEY = "verl_otel_bridge.carrier"
 #: Longest the end of ``AgentLoopWorker.generate_sequences`` waits for its spans' export.
 FLUSH_TIMEOUT_S = 5.0
-#: Session attributes besides the identity (``docs/verl.md`` lists them).
-VERL_TIMINGS = ("generate_sequences", "tool_calls", "compute_score", "num_preempted")
 
 # Parameters verl 0.9.1's methods have; another verl version without them is not wrapped.
 _EXPECTED: dict[str, tuple[str, ...]] = {
@@ -289,7 +288,7 @@ def _start(stack: ExitStack, args: Any, kwargs: Any) -> _Trajectory | None:
         )
     )
     trajectory = _Trajectory(bridge, session, agent_name)
-    trajectory.set({"validate": bool(info["validate"]), "agent_name": agent_name, "gen_ai.agent.name": agent_name})
+    trajectory.set({p.VALIDATE: bool(info["validate"]), p.AGENT_NAME: agent_name, p.GEN_AI_AGENT_NAME: agent_name})
     stack.callback(_trajectory.reset, _trajectory.set(trajectory))
     traced = _traced_calls.get()
     if traced is not None:
@@ -302,10 +301,10 @@ def _finish(trajectory: _Trajectory, output: Any) -> None:
     reward_extra_info = output.extra_fields.get("reward_extra_info")
     trajectory.set(
         {
-            "reward_score": output.reward_score,
-            "reward_extra_info": reward_extra_info,
-            "num_turns": output.num_turns,
-            **{f"verl.{name}": getattr(metrics, name, None) for name in VERL_TIMINGS},
+            p.REWARD_SCORE: output.reward_score,
+            p.REWARD_EXTRA_INFO: reward_extra_info,
+            p.NUM_TURNS: output.num_turns,
+            **{key: getattr(metrics, key.removeprefix(p.VERL_METRIC_PREFIX), None) for key in p.VERL_METRICS},
         }
     )
     trajectory.session.finish(
@@ -349,7 +348,7 @@ async def _run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
 
 def _record_run(trajectory: _Trajectory, task: TaskHandle, output: Any) -> None:
     task.set_result(status="success", reward=output.reward_score)
-    trajectory.set({"response_length": len(output.response_ids), "num_turns": output.num_turns})
+    trajectory.set({p.RESPONSE_LENGTH: len(output.response_ids), p.NUM_TURNS: output.num_turns})
 
 
 async def _generate(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -374,11 +373,7 @@ def _record_generate(trajectory: _Trajectory, turn: TurnHandle, kwargs: Mapping[
         completion_tokens=len(output.token_ids),
     )
     trajectory.set(
-        {
-            "cached_tokens": cached,
-            "gen_ai.usage.cache_read.input_tokens": cached,
-            "num_preempted": output.num_preempted,
-        },
+        {p.CACHED_TOKENS: cached, p.GEN_AI_CACHED_TOKENS: cached, p.NUM_PREEMPTED: output.num_preempted},
         turn.span,
     )
 
@@ -387,7 +382,7 @@ async def _acquire_server(wrapped: Any, instance: Any, args: Any, kwargs: Any) -
     result = await wrapped(instance, *args, **kwargs)
     turn = _generate_turn.get()
     if turn is not None:
-        _careful("recording the server", lambda: turn.span.set_attribute("server_id", str(result[0])), None)
+        _careful("recording the server", lambda: turn.span.set_attribute(p.SERVER_ID, str(result[0])), None)
     return result
 
 
@@ -419,4 +414,4 @@ def _record_tool_call(turn: TurnHandle, args: Any, kwargs: Mapping[str, Any]) ->
 def _record_tool_result(trajectory: _Trajectory, turn: TurnHandle, result: Any, latency_ms: float) -> None:
     response, tool_reward, metrics = result
     turn.record(content=response.text)
-    trajectory.set({"tool_reward": tool_reward, "tool_metrics": metrics or None, "latency_ms": latency_ms}, turn.span)
+    trajectory.set({p.TOOL_REWARD: tool_reward, p.TOOL_METRICS: metrics or None, p.LATENCY_MS: latency_ms}, turn.span)
