@@ -143,7 +143,10 @@ VERL_VERSIONS = ("0.9.1",)
 @nox.session(tags=["verl"])
 @nox.parametrize("verl", [nox.param(version, id=version) for version in VERL_VERSIONS])
 def verl(session: nox.Session, verl: str) -> None:
-    """tests/verl: verl's real agent loops on CPU (in-process and on Ray) traced by the plugin."""
+    """tests/verl: verl's real agent loops on CPU (in-process and on Ray) traced by the plugin.
+
+    ``nox -s verl -- bench [options]`` runs ``bench/verl_overhead.py`` in this environment instead.
+    """
     install_once(
         session,
         "-e",
@@ -154,6 +157,9 @@ def verl(session: nox.Session, verl: str) -> None:
         "fastapi",
         "rl-insight==0.3.0",
     )
+    if session.posargs[:1] == ["bench"]:
+        session.run("python", "bench/verl_overhead.py", *session.posargs[1:], env=LOOPBACK_ENV)
+        return
     session.run("python", "-m", "pytest", "tests/verl", *session.posargs, env=LOOPBACK_ENV)
 
 

@@ -441,12 +441,17 @@ harness in seconds (the unit test `tests/unit/test_bench_smoke.py` runs it).
 
 def write_markdown(results: dict[str, Any], path: Path, *, chart_name: str) -> None:
     """Replace the generated section of ``path`` (create the file if needed), keeping the rest."""
-    body = section(results, chart_name)
+    write_between(path, section(results, chart_name), BEGIN, END)
+
+
+def write_between(path: Path, body: str, begin: str, end: str) -> None:
+    """Put ``body`` (which starts with ``begin`` and ends with ``end``) in place of the text between those
+    markers in ``path``, or at its end; a missing file starts with :data:`TEMPLATE_HEAD`."""
     if path.is_file():
         text = path.read_text()
-        if BEGIN in text and END in text:
-            head, rest = text.split(BEGIN, 1)
-            _, tail = rest.split(END, 1)
+        if begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            _, tail = rest.split(end, 1)
             path.write_text(head + body + tail)
             return
         path.write_text(text.rstrip() + "\n\n" + body + "\n")

@@ -215,10 +215,11 @@ class ScriptedServer:
     ``round`` (0: before tool results, 1: after) and the token counts it returned.
     """
 
-    def __init__(self, model_dir: str) -> None:
+    def __init__(self, model_dir: str, latency_s: float = 0.0) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.latency_s = latency_s
         self.calls: list[dict[str, Any]] = []
 
     def get_calls(self) -> list[dict[str, Any]]:
@@ -238,6 +239,8 @@ class ScriptedServer:
         else:
             text = FINAL_ANSWER
         token_ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)  # a model's time to answer (the benchmark's second setting)
         question = int(prompt.split("question ", 1)[1].split("<", 1)[0])
         self.calls.append(
             {
@@ -298,13 +301,14 @@ class Remote:
         return _Method(getattr(self._target, name))
 
 
-def make_worker(config: Any, model_dir: Path) -> tuple[Any, ScriptedServer]:
-    """verl's ``AgentLoopWorker`` with the stand-ins, and the scripted server it talks to."""
+def make_worker(config: Any, model_dir: Path, *, latency_s: float = 0.0) -> tuple[Any, ScriptedServer]:
+    """verl's ``AgentLoopWorker`` with the stand-ins, and the scripted server it talks to
+    (answering after ``latency_s``)."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
     from verl.workers.rollout.llm_server import LLMServerClient
 
-    server = ScriptedServer(str(model_dir))
+    server = ScriptedServer(str(model_dir), latency_s)
     client = LLMServerClient(config, load_balancer_handle=Remote(LoadBalancer(Remote(server))))
     reward = Remote(RewardLoopWorker(config))
     return AgentLoopWorker(config, llm_client=client, reward_loop_worker_handles=[reward]), server
