@@ -1,12 +1,14 @@
 """verl's RLInsightLogger API, served by the bridge (the two-line switch in docs/verl.md).
 
-Run: ``python examples/verl_logger.py``. Without RL-Insight the spans land in the
+Run: ``python examples/verl_logger.py``. Like verl's class it acts only with
+``VERL_RL_INSIGHT_ENABLE=1`` (set here). Without RL-Insight the spans land in the
 local fallback and the degraded features are counted in ``status()``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import verl_otel_bridge as vob
@@ -15,7 +17,8 @@ from verl_otel_bridge.verl import RLInsightLogger
 
 
 def main() -> None:
-    config = {"trainer": {"project_name": "demo", "experiment_name": "facade", "logger": ["console"]}}
+    os.environ.setdefault(RLInsightLogger.ENABLE_ENV, "1")  # what verl sets for trainer.logger=[..., rl_insight]
+    config = {"trainer": {"project_name": "demo", "experiment_name": "facade", "logger": ["console", "rl_insight"]}}
     RLInsightLogger.init("demo", "facade", config)
     for step in range(2):
         with RLInsightLogger.trace_state("generate_sequences", state_lane_id=RLInsightLogger.rollout_state_lane_id(0)):
