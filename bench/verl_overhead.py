@@ -98,6 +98,7 @@ def summarise(samples: dict[str, list[tuple[float, float]]], trajectories: int, 
             "on_median_s": statistics.median(on),
             "off_median_s": statistics.median(off),
             "overhead_pct": 100 * (statistics.median(on) / statistics.median(off) - 1),
+            "paired_overhead_pct": 100 * (statistics.median(a / b for a, b in zip(on, off, strict=True)) - 1),
             "per_trajectory_us": 1e6 * (statistics.median(on) - statistics.median(off)) / trajectories,
         }
     return out
@@ -114,7 +115,7 @@ def markdown(results: dict[str, Any], rounds: int, exporter: str) -> str:
             rows.append(
                 f"| `{agent_name}` | {latency_ms} | {r['llm_calls_per_call']} | {what} | {r['trajectories']} | "
                 f"{m['off_median_s'] * 1000:.1f} | {m['on_median_s'] * 1000:.1f} | {m['overhead_pct']:+.1f}% | "
-                f"{m['per_trajectory_us']:.0f} |"
+                f"{m['paired_overhead_pct']:+.1f}% | {m['per_trajectory_us']:.0f} |"
             )
     return "\n".join(
         [
@@ -124,8 +125,8 @@ def markdown(results: dict[str, Any], rounds: int, exporter: str) -> str:
             f"{rounds} interleaved rounds per arm, exporter `{exporter}`; medians of one `generate_sequences` call:",
             "",
             "| loop | model latency (ms) | LLM calls per call | time | trajectories per call | plugin off (ms) "
-            "| plugin on (ms) | overhead | per trajectory (µs) |",
-            "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+            "| plugin on (ms) | overhead (of medians) | overhead (paired per round, median) | per trajectory (µs) |",
+            "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
             *rows,
             "",
             END,
