@@ -11,7 +11,9 @@ session gets the reward and verl's timings once the worker computed them.
 Inert unless :func:`wanted` (read at each trajectory); honours verl's sampling
 (``trace=False`` trajectories make no span). A wrapper never raises into verl:
 an instrumentation error is logged once at WARNING and verl's method runs as
-if unwrapped. Exceptions of verl's own code pass through unchanged.
+if unwrapped. Exceptions of verl's own code pass through unchanged. The one
+exception on purpose: a bad bridge setting fails ``AgentLoopWorker.__init__``
+(a ``ValueError`` naming key, value and fix), so a run does not start unobserved.
 """
 
 from __future__ import annotations
@@ -214,8 +216,18 @@ def _worker_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
     wrapped(instance, *args, **kwargs)
     if current.current_bridge() is not None:
         return
-    if _careful("reading the backend", lambda: wanted(_verl_backend()), False):
-        current.configure(BridgeConfig.from_verl(instance.config))
+    if not _careful("reading the backend", lambda: wanted(_verl_backend()), False):
+        return
+    try:
+        config = BridgeConfig.from_verl(instance.config)
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a config shape we do not know: the environment alone decides
+        _once.log(
+            "from_verl", logging.WARNING, "verl tracing: reading verl's config failed (%r); using the environment", exc
+        )
+        config = BridgeConfig.resolve()
+    current.configure(config)
 
 
 async def _worker_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
