@@ -59,8 +59,13 @@ def ray_local(verl_files: dict[str, Path]) -> Iterator[stack.RayLoopback]:
         f"{WORKER_PREFIX}EXPORTER": "jsonl",
         f"{WORKER_PREFIX}JSONL_PATH": str(verl_files["spans"] / "worker-{pid}.jsonl"),
     }
-    with stack.ray_loopback({**integration.HUB_ENV, **worker_env}) as ray_info:
-        yield ray_info
+    # Ray's processes inherit the driver's environment: leave out any VERL_OTEL_BRIDGE_* of the caller's
+    # (e.g. nox's VERL_OTEL_BRIDGE_NOX_DIR, which a worker's bridge would reject as an unknown key).
+    with pytest.MonkeyPatch.context() as patch:
+        for name in [n for n in os.environ if n.startswith(WORKER_PREFIX)]:
+            patch.delenv(name)
+        with stack.ray_loopback({**integration.HUB_ENV, **worker_env}) as ray_info:
+            yield ray_info
 
 
 @pytest.fixture(autouse=True)
