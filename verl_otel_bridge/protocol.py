@@ -124,10 +124,10 @@ RESPONSE_LENGTH = "response_length"
 #: On the session span: verl's own per-trajectory metrics (``AgentLoopMetrics``), prefixed.
 VERL_METRIC_PREFIX = "verl."
 VERL_METRICS = ("verl.generate_sequences", "verl.tool_calls", "verl.compute_score", "verl.num_preempted")
-#: On a generate turn, besides the turn fields: cached prompt tokens, the server that answered.
+#: On a generate turn, besides the turn fields: cached prompt tokens (and ``SERVER_ADDRESS``: the
+#: server the load balancer chose, verl's server id, which is its address).
 CACHED_TOKENS = "cached_tokens"
 GEN_AI_CACHED_TOKENS = "gen_ai.usage.cache_read.input_tokens"
-SERVER_ID = "server_id"
 NUM_PREEMPTED = "num_preempted"
 #: On a tool turn, besides the turn fields: the tool's reward, its metrics (JSON) and latency.
 TOOL_REWARD = "tool_reward"

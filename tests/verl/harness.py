@@ -360,7 +360,7 @@ def check_trajectory(
     assert [(g["prompt_tokens"], g["completion_tokens"]) for g in generates] == [
         (c["prompt_tokens"], c["completion_tokens"]) for c in generate_calls
     ]
-    assert all(g["finish_reason"] == "completed" and g["server_id"] == "server-0" for g in generates)
+    assert all(g["finish_reason"] == "completed" and g["server.address"] == "server-0" for g in generates)
     assert all(g["cached_tokens"] == 4 for g in generates)
     tools = [t["attributes"] for t in turns if t["attributes"]["type"] == "tool"]
     assert sorted(t["tools"] for t in tools) == sorted(tool_names)

@@ -394,7 +394,7 @@ async def _acquire_server(wrapped: Any, instance: Any, args: Any, kwargs: Any) -
     result = await wrapped(instance, *args, **kwargs)
     turn = _generate_turn.get()
     if turn is not None:
-        _careful("recording the server", lambda: turn.span.set_attribute(p.SERVER_ID, str(result[0])), None)
+        _careful("recording the server", lambda: turn.span.set_attribute(p.SERVER_ADDRESS, str(result[0])), None)
     return result
 
 
