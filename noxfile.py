@@ -1,4 +1,5 @@
-"""Test environments: ``nox -s unit``, ``nox -s integration`` (all four RL-Insight cases), ``nox -s browser``.
+"""Test environments: ``nox -s unit``, ``nox -s integration`` (all four RL-Insight cases), ``nox -s browser``,
+``nox -s verl`` (verl's real agent loops, one session per verl version; ``-- bench`` runs its benchmark).
 
 One integration case alone: ``nox -s "integration(0.3.0)"`` or ``nox -t rl-insight-0.3.0``
 (cases: none, 0.1.0, 0.2.0, 0.3.0). ``nox -l`` lists the sessions. Arguments after
