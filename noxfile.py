@@ -6,7 +6,7 @@ One integration case alone: ``nox -s "integration(0.3.0)"`` or ``nox -t rl-insig
 ``--`` go to pytest, e.g. ``nox -s "integration(0.3.0)" -- -k trace_span``.
 
 Environment reuse: environments are built once per machine and kept outside the
-checkout, in ``$VERL_OTEL_BRIDGE_NOX_DIR`` (default ``~/.cache/verl-otel-bridge/nox``),
+checkout, in ``$VERL_OTEL_NOX_DIR`` (default ``~/.cache/verl-otel-bridge/nox``),
 so a fresh clone (CI) reuses them: verl's alone is about 6 GB. Nox itself would
 still rerun every install command on a kept environment and would not notice
 changed inputs, so each environment stores a hash of its inputs (this
@@ -36,9 +36,7 @@ nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["unit", "integration", "browser"]
 
 ROOT = Path(__file__).resolve().parent
-nox.options.envdir = os.environ.get(
-    "VERL_OTEL_BRIDGE_NOX_DIR", str(Path.home() / ".cache" / "verl-otel-bridge" / "nox")
-)
+nox.options.envdir = os.environ.get("VERL_OTEL_NOX_DIR", str(Path.home() / ".cache" / "verl-otel-bridge" / "nox"))
 RL_INSIGHT_CASES = ("none", "0.1.0", "0.2.0", "0.3.0")
 CASE_ENV = "RL_INSIGHT_TEST_CASE"
 # Tests send traffic to 127.0.0.1 only: Ray must not pick an external address

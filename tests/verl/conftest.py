@@ -60,7 +60,7 @@ def ray_local(verl_files: dict[str, Path]) -> Iterator[stack.RayLoopback]:
         f"{WORKER_PREFIX}JSONL_PATH": str(verl_files["spans"] / "worker-{pid}.jsonl"),
     }
     # Ray's processes inherit the driver's environment: leave out any VERL_OTEL_BRIDGE_* of the caller's
-    # (e.g. nox's VERL_OTEL_BRIDGE_NOX_DIR, which a worker's bridge would reject as an unknown key).
+    # (a stray one would change or, unknown, be rejected by the workers' bridges).
     with pytest.MonkeyPatch.context() as patch:
         for name in [n for n in os.environ if n.startswith(WORKER_PREFIX)]:
             patch.delenv(name)
