@@ -30,7 +30,7 @@ from packaging.version import Version
 
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.current import configure, get_bridge
-from verl_otel_bridge.identity import SessionIdentity
+from verl_otel_bridge.identity import IdentityFields, SessionIdentity
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.rl_insight.compat import Probe
@@ -195,28 +195,19 @@ class RLInsightLogger:
         project, traced_experiment = _rollout_trace_names()
         if experiment_name is None:
             experiment_name = traced_experiment
-        if not cls.enabled():
-            identity = SessionIdentity.create(  # what verl's call gives with RL-Insight 0.3.0 installed
-                project=project,
-                experiment_name=experiment_name,
-                sample=sample,
-                session=session,
-                traj=traj,
-                uid=uid,
-                global_steps=global_steps,
-                session_id=session_id,
-            )
-            return AgentLoopSession(identity)
-        session_ = get_bridge().start_session(
-            sample=sample,
-            session=session,
-            traj=traj,
-            uid=uid,
-            global_steps=global_steps,
-            session_id=session_id,
-            project=project,
-            experiment_name=experiment_name,
-        )
+        fields: IdentityFields = {
+            "project": project,
+            "experiment_name": experiment_name,
+            "sample": sample,
+            "session": session,
+            "traj": traj,
+            "uid": uid,
+            "global_steps": global_steps,
+            "session_id": session_id,
+        }
+        if not cls.enabled():  # what verl's call gives with RL-Insight 0.3.0 installed: the identity, no span
+            return AgentLoopSession(SessionIdentity.create(**fields))
+        session_ = get_bridge().start_session(**fields)
         return AgentLoopSession(session_.identity, session_)
 
     @classmethod
