@@ -42,7 +42,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from verl_otel_bridge.exporters.base import WrappingSpanExporter
+from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out_reader
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.protocol import (
     CONTENT,
@@ -262,6 +262,11 @@ class GenericVocabularySpanExporter(WrappingSpanExporter):
         # project -> (resource, resource with that project): spans share their provider's resource
         self._resources: dict[str, tuple[Resource, Resource]] = {}
         self._once = OnceLogger(logger)
+        self._left_out = left_out_reader(inner)
+
+    def take_left_out(self) -> int:
+        """The inner exporter's count of spans left out of its last batch (see ``LeavesOut``)."""
+        return self._left_out()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return self.inner.export([self._translate(span) for span in spans])
