@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Rebuilt whenever pyproject.toml changes.
 READY  := $(VENV)/.ready
 
-.PHONY: demo test unit integration browser lint docs bench clean
+.PHONY: demo test unit integration browser backends lint docs bench clean
 
 $(READY): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,8 @@ $(READY): pyproject.toml
 demo: $(READY)  ## the main job: a simulated agent-loop step, traced, ending with the report of its own run
 	$(BIN)/python examples/agent_loop.py
 
-test: $(READY)  ## unit tests, integration tests against each RL-Insight release, the HTML report in chromium, tests on real verl (nox)
-	$(BIN)/nox -s unit integration browser verl
+test: $(READY)  ## unit tests, integration tests against each RL-Insight release, the HTML report in chromium, tests on real verl, Phoenix and MLflow (nox)
+	$(BIN)/nox -s unit integration browser verl backends
 
 unit: $(READY)
 	$(BIN)/nox -s unit
@@ -27,6 +27,9 @@ integration: $(READY)
 
 browser: $(READY)  ## the HTML report rendered by headless chromium (installed with apt-get when missing)
 	$(BIN)/nox -s browser
+
+backends: $(READY)  ## exporter otlp read back through real Phoenix and MLflow servers (needs root: unshare -n)
+	$(BIN)/nox -s backends
 
 lint: $(READY)  ## ruff (lint + format check), mypy --strict, and the import contracts (import-linter)
 	$(BIN)/ruff check .

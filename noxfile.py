@@ -1,5 +1,6 @@
 """Test environments: ``nox -s unit``, ``nox -s integration`` (all four RL-Insight cases), ``nox -s browser``,
-``nox -s verl`` (verl's real agent loops, one session per verl version; ``-- bench`` runs its benchmark).
+``nox -s verl`` (verl's real agent loops, one session per verl version; ``-- bench`` runs its benchmark),
+``nox -s backends`` (Phoenix and MLflow).
 
 One integration case alone: ``nox -s "integration(0.3.0)"`` or ``nox -t rl-insight-0.3.0``
 (cases: none, 0.1.0, 0.2.0, 0.3.0). ``nox -l`` lists the sessions. Arguments after
@@ -33,7 +34,7 @@ import nox
 nox.needs_version = ">=2024.10.9"  # reuse_venv option
 nox.options.reuse_venv = "yes"
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["unit", "integration", "browser"]
+nox.options.sessions = ["unit", "integration", "browser", "backends"]
 
 ROOT = Path(__file__).resolve().parent
 nox.options.envdir = os.environ.get("VERL_OTEL_NOX_DIR", str(Path.home() / ".cache" / "verl-otel-bridge" / "nox"))
@@ -160,6 +161,40 @@ def verl(session: nox.Session, verl: str) -> None:
         session.run("python", "bench/verl_overhead.py", *session.posargs[1:], env=LOOPBACK_ENV)
         return
     session.run("python", "-m", "pytest", "tests/verl", *session.posargs, env=LOOPBACK_ENV)
+
+
+#: Pinned to the releases docs/backends.md was written against. One environment each: Phoenix
+#: needs graphql-core>=3.3, MLflow's graphene 3 needs <3.3 (in one environment pip settles on
+#: graphene 2.0 and MLflow's UI answers its GraphQL queries with 500).
+BACKENDS = {"phoenix": "arize-phoenix==20.26.1", "mlflow": "mlflow==3.17.2"}
+
+
+@nox.session(tags=["backends"])
+@nox.parametrize("backend", [nox.param(name, id=name) for name in BACKENDS])
+def backends(session: nox.Session, backend: str) -> None:
+    """tests/backends: ``exporter: otlp`` read back through a real Phoenix or MLflow server on loopback."""
+    # Not the `test` extra: its opentelemetry-instrumentation-urllib3 (at most 0.66b1) needs an older
+    # OpenTelemetry than Phoenix's opentelemetry-exporter-otlp 1.45.2, and pip backtracks for minutes.
+    install_once(session, "-e", f"{ROOT}[cli,otlp]", "pytest>=8", "pytest-timeout>=2.3", "psutil", BACKENDS[backend])
+    problem = _ensure_chromium(session)  # for the screenshots docs/backends.md shows
+    env = {**LOOPBACK_ENV, **({"VERL_OTEL_BRIDGE_CHROMIUM_UNAVAILABLE": problem} if problem else {})}
+    # Phoenix's OTLP gRPC listener binds [::] whatever PHOENIX_HOST says: pytest and every
+    # server it starts run in a new network namespace whose only interface is loopback.
+    session.run(
+        "unshare",
+        "--net",
+        "sh",
+        "-c",
+        'ip link set lo up && exec "$@"',
+        "sh",
+        "python",
+        "-m",
+        "pytest",
+        f"tests/backends/test_{backend}.py",
+        *session.posargs,
+        env=env,
+        external=True,
+    )
 
 
 @nox.session(tags=["bench"])

@@ -31,6 +31,7 @@ from verl_otel_bridge.current import (
     turn,
 )
 from verl_otel_bridge.identity import SessionIdentity, current_identity
+from verl_otel_bridge.payload import record_io
 from verl_otel_bridge.session import Session
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "force_flush",
     "get_bridge",
     "instrument",
+    "record_io",
     "record_span",
     "resume",
     "session",

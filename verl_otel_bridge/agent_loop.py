@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from opentelemetry.trace import Span
+from opentelemetry.trace import Span, Status, StatusCode
 
 from verl_otel_bridge.attributes import AttributeValue, _to_json, to_text
 from verl_otel_bridge.identity import current_identity
 from verl_otel_bridge.protocol import (
+    FAILED_STATUSES,
     GEN_AI_AGENT_NAME,
     GEN_AI_CONVERSATION_ID,
     GEN_AI_OPERATION,
@@ -73,7 +74,11 @@ class TaskHandle(_Handle):
         error: str | BaseException | None = None,
         reward_posted: bool | None = None,
     ) -> None:
-        """Set the fields the dashboard's Task summary shows; None leaves a field unset."""
+        """Set the fields the dashboard's Task summary shows; None leaves a field unset.
+
+        A ``status`` in :data:`~verl_otel_bridge.protocol.FAILED_STATUSES` also sets the
+        span status to ERROR, described by ``error`` (else by the status).
+        """
         values = {
             "status": status,
             "reward": reward,
@@ -83,6 +88,9 @@ class TaskHandle(_Handle):
             "reward_posted": reward_posted,
         }
         self._set(values)
+        if status is not None and to_text(status).lower() in FAILED_STATUSES:
+            described = _error_text(error) if error is not None else f"task finished with status {to_text(status)!r}"
+            mark_failed(self.span, described)
 
 
 class TurnHandle(_Handle):
@@ -188,3 +196,10 @@ def _error_text(error: str | BaseException) -> str:
     if isinstance(error, BaseException):
         return f"{type(error).__name__}: {to_text(error)}"
     return to_text(error)
+
+
+def mark_failed(span: Span, description: str) -> None:
+    """Set ``span``'s status to ERROR with ``description``, unless it already is ERROR (e.g. from an exception)."""
+    status = getattr(span, "status", None)
+    if status is None or status.status_code is not StatusCode.ERROR:
+        span.set_status(Status(StatusCode.ERROR, description))

@@ -368,10 +368,13 @@ class Bridge:
         Always the same keys: ``enabled``, ``exporter`` (e.g. ``"rl_insight"``
         or ``"memory (fallback)"``), ``reason`` (a stable code), ``detail``
         (a sentence), ``rl_insight_version``, ``rl_insight_installed``,
-        ``rl_insight_transport``, ``otlp_endpoint``, ``otlp_error`` (None when
-        RL-Insight is not involved), ``counters`` (see
-        :mod:`verl_otel_bridge.accounting`), ``queued``, ``open_sessions``
-        (their ``count`` and the ``oldest`` few: see :mod:`verl_otel_bridge.inflight`).
+        ``rl_insight_transport``, ``otlp_endpoint``, ``otlp_error`` (RL-Insight's
+        OTLP transport, else the ``otlp`` exporter's; None when neither is
+        involved), ``counters`` (see :mod:`verl_otel_bridge.accounting`),
+        ``exporters`` (per configured exporter, primary first: ``role``,
+        ``endpoint``, ``last_error``, ``exported``, ``failed``), ``queued``,
+        ``open_sessions`` (their ``count`` and the ``oldest`` few: see
+        :mod:`verl_otel_bridge.inflight`).
         """
         route: dict[str, Any] = dict.fromkeys(
             ("rl_insight_version", "rl_insight_installed", "rl_insight_transport", "otlp_endpoint", "otlp_error")
@@ -385,10 +388,15 @@ class Bridge:
             route.update(exporter=local.local, reason="configured", detail=local.why)
         route.pop("counters", None)
         queue = self._processor.queue if self._processor is not None else None
+        counters = self.counts.snapshot()
+        exporters = self._pipeline.report(counters) if self._pipeline is not None else {}
+        if "otlp" in exporters and route["otlp_endpoint"] is None:
+            route.update(otlp_endpoint=exporters["otlp"]["endpoint"], otlp_error=exporters["otlp"]["last_error"])
         return {
             "enabled": self.enabled,
             **route,
-            "counters": self.counts.snapshot(),
+            "counters": counters,
+            "exporters": exporters,
             "queued": len(queue) if queue is not None else 0,
             "open_sessions": self._inflight.snapshot(),
         }

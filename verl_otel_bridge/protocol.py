@@ -133,3 +133,50 @@ NUM_PREEMPTED = "num_preempted"
 TOOL_REWARD = "tool_reward"
 TOOL_METRICS = "tool_metrics"
 LATENCY_MS = "latency_ms"
+
+# -- how sessions and tasks end ----------------------------------------------------------
+
+#: ``finish(status=...)`` / ``set_result(status=...)`` values (lower-cased) that end the span with status ERROR.
+FAILED_STATUSES = ("error", "failed", "failure", "cancelled", "canceled", "aborted", "timeout")
+
+# -- inputs and outputs (``record_io``) and the native keys the generic vocabulary reads ---
+
+INPUT = "input"
+OUTPUT = "output"
+CONTENT = "content"
+
+# -- the generic vocabulary: what ``exporter: otlp`` adds for OpenInference / GenAI backends ---
+
+#: Native identity key -> its key in the generic vocabulary (keys not listed are kept):
+#: Phoenix nests attributes by their dots, so a plain ``session`` would hide ``session.id``.
+GENERIC_IDENTITY_KEYS = {"session": "session.index"}
+SESSION_ID = "session.id"
+USER_ID = "user.id"
+SPAN_KIND = "openinference.span.kind"
+#: ``openinference.span.kind`` by span name, and by ``gen_ai.operation.name`` for the
+#: operations the backends do not map themselves (``chat`` they do: LLM / CHAT_MODEL).
+NAME_KINDS = {SESSION_SPAN_NAME: "AGENT", TASK_SPAN_NAME: "CHAIN"}
+OPERATION_KINDS = {"invoke_agent": "AGENT", "execute_tool": "TOOL"}
+REWARD_KIND = "EVALUATOR"
+DEFAULT_KIND = "CHAIN"
+INPUT_VALUE = "input.value"
+INPUT_MIME_TYPE = "input.mime_type"
+OUTPUT_VALUE = "output.value"
+OUTPUT_MIME_TYPE = "output.mime_type"
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+#: OpenInference token counts, from the GenAI usage keys.
+TOKEN_COUNTS = {
+    "llm.token_count.prompt": "gen_ai.usage.input_tokens",
+    "llm.token_count.completion": "gen_ai.usage.output_tokens",
+}
+TOKEN_TOTAL = "llm.token_count.total"  # noqa: S105 - an attribute key, not a password
+METADATA = "metadata"
+#: A root-span attribute MLflow turns into the trace tag ``reward``.
+MLFLOW_REWARD_TAG = "mlflow.traceTag.reward"
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+EVALUATION_NAME = "gen_ai.evaluation.name"
+EVALUATION_SCORE = "gen_ai.evaluation.score.value"
+#: Resource attribute naming Phoenix's project.
+PROJECT_RESOURCE = "openinference.project.name"

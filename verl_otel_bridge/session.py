@@ -10,10 +10,11 @@ from typing import Any, Protocol
 
 from opentelemetry.trace import Span
 
-from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
+from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, mark_failed
 from verl_otel_bridge.attributes import to_text
 from verl_otel_bridge.identity import SessionIdentity
 from verl_otel_bridge.protocol import (
+    FAILED_STATUSES,
     GEN_AI_CONVERSATION_ID,
     GEN_AI_OPERATION,
     TRACE_SOURCE,
@@ -82,9 +83,12 @@ class Session:
         """Record how the session ended, as RL-Insight's ``agent_loop_session(...).finish`` does.
 
         Sets ``status``, ``num_trajectories``, ``runner_name``, ``reward_source``
-        and ``finished`` on the session span (``""`` for None). The span itself
-        ends when the ``with`` block exits. Calling it twice keeps the first
-        outcome and logs a warning.
+        and ``finished`` on the session span (``""`` for None). A status in
+        :data:`~verl_otel_bridge.protocol.FAILED_STATUSES` (``error``, ``failed``,
+        ``cancelled``, ...) also sets the span status to ERROR, described as
+        ``session finished with status '<status>'`` unless an exception already
+        set it. The span itself ends when the ``with`` block exits. Calling it
+        twice keeps the first outcome and logs a warning.
         """
         if self.status is not None:
             logger.warning(
@@ -110,6 +114,8 @@ class Session:
         if self.trajectories:
             attributes[TRAJECTORIES] = _trajectory_summaries(self.trajectories)
         self.span.set_attributes(attributes)
+        if self.status.lower() in FAILED_STATUSES:
+            mark_failed(self.span, f"session finished with status {self.status!r}")
 
 
 def _trajectory_summaries(trajectories: Sequence[Any]) -> str:

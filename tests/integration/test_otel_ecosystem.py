@@ -24,7 +24,9 @@ from stack import OtlpReceiver, PythonChild, ReceivedSpan, RlInsightHub, bridge_
 
 import verl_otel_bridge as vob
 from verl_otel_bridge.accounting import balance
+from verl_otel_bridge.exporters.vocabulary import conversation_id
 from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge.protocol import GENERIC_IDENTITY_KEYS
 
 #: Bound of every wait for spans at a receiver.
 ARRIVAL_S = 60.0
@@ -95,6 +97,10 @@ def test_otlp_exporter_delivers_every_span_with_identity_parents_and_resource(
     session = next(s for s in had.values() if s.name == "agent_session")
     identity = {key: session.attributes[key] for key in IDENTITY_KEYS}
     assert identity["sample"] == run_tag and identity["global_steps"] == 4
+    # exporter otlp speaks the generic vocabulary: the identity complete, `session` as `session.index`
+    sent_identity = {GENERIC_IDENTITY_KEYS.get(key, key): value for key, value in identity.items()}
+    conversation = conversation_id(session.attributes)
+    assert conversation == f"project=proj/experiment=exp/global_steps=4/sample={run_tag}/session=0/traj=0"
     for span_id, span in had.items():
         got = received[span_id]
         assert got.name == span.name
@@ -102,7 +108,8 @@ def test_otlp_exporter_delivers_every_span_with_identity_parents_and_resource(
         assert got.trace_id == hex_id(session.context.trace_id, 32)
         # real parent ids, not flattened
         assert got.parent_span_id == (hex_id(span.parent.span_id) if span.parent is not None else None), span.name
-        assert {key: got.attributes[key] for key in IDENTITY_KEYS} == identity, span.name
+        assert {key: got.attributes[key] for key in sent_identity} == sent_identity, span.name
+        assert "session" not in got.attributes and got.attributes["session.id"] == conversation, span.name
         assert type(got.attributes["global_steps"]) is int
         # the bridge's resource
         assert got.resource["service.name"] == "trainer-otlp"

@@ -207,7 +207,7 @@ def test_doctor_never_prints_secrets(monkeypatch: pytest.MonkeyPatch, as_json: b
         "VERL_OTEL_BRIDGE_RL_INSIGHT_CONFIG",
         json.dumps({"server": {"auth_token": "t0ken-value"}, "otel": {"headers": "authorization=Basic aGVsbG8="}}),
     )
-    monkeypatch.setenv("VERL_OTEL_BRIDGE_OTLP_ENDPOINT", "https://me:pa55word@collector:4318/v1/traces")
+    monkeypatch.setenv("VERL_OTEL_BRIDGE_OTLP_ENDPOINT", "https://me:pa55word@127.0.0.1:1/v1/traces")
     monkeypatch.setenv("VERL_OTEL_BRIDGE_EXPORTER", "memory,otlp")
     result = run("doctor", *(["--json"] if as_json else []))
     for secret in ("s3cret", "t0ken-value", "aGVsbG8", "pa55word"):

@@ -174,7 +174,8 @@ def test_errors_and_the_unfinished_session_are_listed(report: Report) -> None:
     errored = step_of(report, 2).errored
     assert [(s.uid, s.sample, s.session) for s in errored] == [("uid-3", "3", "1")]
     assert errored[0].error == "RuntimeError: sandbox timed out"
-    assert step_of(report, 2).error_spans == 1 and step_of(report, 1).error_spans == 0
+    # the failing tool call, and its session finished with status "error"
+    assert step_of(report, 2).error_spans == 2 and step_of(report, 1).error_spans == 0
     (unfinished,) = step_of(report, 3).unfinished
     assert (unfinished.sample, unfinished.session, unfinished.status) == ("0", "9", "unfinished")
     assert all(not s.unfinished and not s.hung for s in report.steps if s.step != 3)

@@ -103,7 +103,7 @@ def build_cli() -> click.Group:
         default=SERVER_TIMEOUT_S,
         show_default=True,
         type=float,
-        help="Seconds to wait for the RL-Insight server.",
+        help="Seconds to wait for the RL-Insight server and each OTLP endpoint.",
     )
     @click.pass_context
     def doctor(ctx: click.Context, as_json: bool, timeout: float) -> None:

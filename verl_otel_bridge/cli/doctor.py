@@ -18,7 +18,7 @@ from typing import Any
 from verl_otel_bridge._version import __version__, distribution_version
 from verl_otel_bridge.config import BridgeConfig, value_sources
 from verl_otel_bridge.export.route import Route
-from verl_otel_bridge.otlp.sender import import_urllib3
+from verl_otel_bridge.otlp.sender import OtlpHttpSender, OtlpSendError, import_urllib3
 from verl_otel_bridge.otlp.settings import SenderSettings, check_protocol, traces_endpoint
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.rl_insight.otlp import fetch_services, trace_endpoint
@@ -89,8 +89,51 @@ _HINTS = {
 }
 
 
-def _local_check(name: str, config: BridgeConfig, environ: Mapping[str, str]) -> dict[str, Any]:
-    """What a local exporter would do with spans, and whether the bridge could build it."""
+#: An ``ExportTraceServiceRequest`` holding one ``ResourceSpans`` without spans: nothing is stored.
+#: MLflow answers a request without any ``resource_spans`` with 400 ("no spans found") even when its
+#: header is right; this one it checks for the header and accepts. It does not look the experiment up.
+EMPTY_EXPORT_REQUEST = b"\n\x00"
+
+
+def check_otlp_endpoint(endpoint: str, environ: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
+    """POST an empty export request to ``endpoint`` as the ``otlp`` exporter would (``OTEL_EXPORTER_OTLP_*``).
+
+    Returns ``{"endpoint", "ok", "answer", "fix"}``: ``answer`` is the server's
+    (status and the start of its body) or why nothing answered; ``fix`` what to change, or None.
+    """
+    sender = OtlpHttpSender.from_environment(endpoint, environ, default_timeout_s=timeout_s)
+    try:
+        sender.send(EMPTY_EXPORT_REQUEST)
+    except OtlpSendError as exc:
+        answer = str(exc)
+        return {"endpoint": sender.endpoint, "ok": False, "answer": answer, "fix": _otlp_fix(exc, sender.endpoint)}
+    finally:
+        sender.close()
+    return {"endpoint": sender.endpoint, "ok": True, "answer": "accepts OTLP export requests", "fix": None}
+
+
+def _otlp_fix(error: OtlpSendError, endpoint: str) -> str:
+    if "x-mlflow-experiment-id" in str(error):
+        return (
+            "MLflow needs the experiment to store traces in: "
+            "export OTEL_EXPORTER_OTLP_HEADERS=x-mlflow-experiment-id=<experiment id>"
+        )
+    if error.status == 404:
+        return f"nothing takes OTLP traces at {endpoint}: the traces URL usually ends in /v1/traces (otlp_endpoint)"
+    if error.status in (401, 403):
+        return "the endpoint wants credentials: put them in OTEL_EXPORTER_OTLP_HEADERS (e.g. authorization=...)"
+    if error.status == 415:
+        return "the endpoint does not take OTLP/HTTP protobuf: point otlp_endpoint at an OTLP/HTTP traces endpoint"
+    if error.status is None:
+        return (
+            f"nothing answers at {endpoint}: start the backend, or fix otlp_endpoint / "
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+        )
+    return "the server refused the request: see its answer above"
+
+
+def _local_check(name: str, config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
+    """What a local exporter would do with spans, and whether the bridge could build it (``otlp``: asked)."""
     check: dict[str, Any] = {"exporter": name, "ok": True, "detail": ""}
     if name == "memory":
         check["detail"] = f"kept in this process only (the newest {config.memory_max_spans})"
@@ -117,7 +160,9 @@ def _local_check(name: str, config: BridgeConfig, environ: Mapping[str, str]) ->
             check["ok"] = False
             check["detail"] = str(exc)
         else:
-            check["detail"] = f"OTLP/HTTP to {mask_url(endpoint)}"
+            answer = check_otlp_endpoint(endpoint, environ, timeout_s)
+            check.update(ok=answer["ok"], detail=f"OTLP/HTTP to {answer['endpoint']}: {answer['answer']}")
+            check["fix"] = answer["fix"]
     return check
 
 
@@ -244,7 +289,9 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
     else:
         route.update(preferred=planned.local, destination=planned.local, reason="configured", detail=planned.why)
     for index, name in enumerate(planned.names):
-        check = _local_check(name, config, env)
+        check = _local_check(name, config, env, timeout_s)
+        if check.get("fix"):
+            hints.append(check["fix"])
         if index == 0:
             route["local"] = check  # the fallback when RL-Insight is wanted, else the exporter itself
         else:

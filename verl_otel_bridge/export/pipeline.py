@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -11,6 +11,7 @@ from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export.queue import QueueSettings
 from verl_otel_bridge.export.route import Route
+from verl_otel_bridge.exporters.base import exporter_report
 from verl_otel_bridge.exporters.counting import CountingSpanExporter
 from verl_otel_bridge.exporters.fanout import FanOutSpanExporter
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
@@ -31,6 +32,7 @@ class Pipeline:
         rl_insight: the RL-Insight exporter, when RL-Insight is wanted.
         queue: export-queue bounds, or None to export inline (no-I/O exporters).
         route: where the config sends spans and why.
+        destinations: each configured exporter by name, the primary first.
     """
 
     exporter: SpanExporter
@@ -38,6 +40,32 @@ class Pipeline:
     rl_insight: RLInsightSpanExporter | None
     queue: QueueSettings | None
     route: Route
+    destinations: dict[str, SpanExporter] = field(default_factory=dict)
+
+    def report(self, counters: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Per destination: its role, ``endpoint``, ``last_error`` and the spans it accepted and refused."""
+        report: dict[str, dict[str, Any]] = {}
+        for index, (name, exporter) in enumerate(self.destinations.items()):
+            if index == 0:
+                exported = counters["exported"]
+                entry: dict[str, Any] = {
+                    "role": "primary",
+                    "exported": sum(exported.values()) if exporter is self.rl_insight else exported.get(name, 0),
+                    "failed": counters["failed"],
+                }
+            else:
+                entry = {
+                    "role": "copy",
+                    "exported": counters.get(f"copies.{name}", 0),
+                    "failed": counters.get(f"copies_failed.{name}", 0),
+                }
+            if self.rl_insight is not None and exporter is self.rl_insight:
+                status = self.rl_insight.status()
+                entry.update(endpoint=status["otlp_endpoint"], last_error=status["otlp_error"])
+            else:
+                entry.update(exporter_report(exporter))
+            report[name] = entry
+        return report
 
 
 def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
@@ -47,6 +75,7 @@ def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
     others = route.copies
     if others:
         copies = {name: named_exporter(name, config) for name in others}
+        pipeline.destinations.update(copies)
         pipeline.exporter = FanOutSpanExporter(pipeline.exporter, copies, counts)
         pipeline.memory = pipeline.memory or next(
             (e for e in copies.values() if isinstance(e, BoundedMemorySpanExporter)), None
@@ -65,10 +94,13 @@ def _primary(route: Route, config: BridgeConfig, counts: SpanCounts) -> Pipeline
 
         rl_insight = RLInsightSpanExporter(config=config, explicit=route.explicit, counts=counts)
         rl_insight.start_probe()
-        return Pipeline(rl_insight, _memory(rl_insight.fallback), rl_insight, _queue(config), route)
+        return Pipeline(
+            rl_insight, _memory(rl_insight.fallback), rl_insight, _queue(config), route, {"rl_insight": rl_insight}
+        )
     local = named_exporter(route.local, config)
     queue = None if route.local in INLINE else _queue(config)
-    return Pipeline(CountingSpanExporter(local, counts, f"exported.{route.local}"), _memory(local), None, queue, route)
+    exporter = CountingSpanExporter(local, counts, f"exported.{route.local}")
+    return Pipeline(exporter, _memory(local), None, queue, route, {route.local: local})
 
 
 def _queue(config: BridgeConfig) -> QueueSettings:

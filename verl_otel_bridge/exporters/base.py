@@ -1,4 +1,10 @@
-"""The base of every exporter that wraps another one."""
+"""The base of every exporter that wraps another one, and how an exporter reports where it sends.
+
+An exporter that sends somewhere may have two attributes: ``endpoint`` (its URL)
+and ``last_error`` (why its last export failed, e.g. the HTTP status and the start
+of the answer; None after a success). Wrappers pass both through;
+:func:`exporter_report` reads them from any exporter, for ``status()``.
+"""
 
 from __future__ import annotations
 
@@ -30,11 +36,31 @@ def _nothing_left_out() -> int:
     return 0
 
 
+def exporter_report(exporter: SpanExporter) -> dict[str, str | None]:
+    """``{"endpoint", "last_error"}`` of ``exporter`` (None where it does not say)."""
+    endpoint = getattr(exporter, "endpoint", None)
+    error = getattr(exporter, "last_error", None)
+    return {
+        "endpoint": endpoint if isinstance(endpoint, str) else None,
+        "last_error": error if isinstance(error, str) else None,
+    }
+
+
 class WrappingSpanExporter(SpanExporter):
     """Holds ``inner`` and forwards ``force_flush`` and ``shutdown`` to it; subclasses override ``export``."""
 
     def __init__(self, inner: SpanExporter) -> None:
         self.inner = inner
+
+    @property
+    def endpoint(self) -> str | None:
+        """The inner exporter's endpoint, if it has one."""
+        return exporter_report(self.inner)["endpoint"]
+
+    @property
+    def last_error(self) -> str | None:
+        """The inner exporter's last error, if it reports one."""
+        return exporter_report(self.inner)["last_error"]
 
     def shutdown(self) -> None:
         self.inner.shutdown()

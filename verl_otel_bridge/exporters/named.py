@@ -9,6 +9,7 @@ from verl_otel_bridge.exporters.console import console_exporter
 from verl_otel_bridge.exporters.discard import DiscardSpanExporter
 from verl_otel_bridge.exporters.jsonl import JsonlSpanExporter
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
+from verl_otel_bridge.exporters.vocabulary import GenericVocabularySpanExporter
 
 #: Exporters that do no I/O, so spans can be exported inline without a queue.
 INLINE = frozenset({"memory", "none"})
@@ -16,6 +17,11 @@ INLINE = frozenset({"memory", "none"})
 
 def named_exporter(name: str, config: BridgeConfig) -> SpanExporter:
     """``memory``, ``jsonl``, ``console``, ``otlp`` or ``none``, set up from ``config``.
+
+    ``otlp`` sends the generic vocabulary (OpenInference and GenAI keys, see
+    :mod:`verl_otel_bridge.exporters.vocabulary`); ``memory``, ``jsonl`` and
+    ``console`` keep the spans as recorded (the bridge's record format, which
+    ``show`` and ``replay`` read), so a capture replays losslessly anywhere.
 
     Raises:
         ValueError: an unknown name, or ``otlp`` without its optional dependency.
@@ -29,7 +35,7 @@ def named_exporter(name: str, config: BridgeConfig) -> SpanExporter:
     if name == "none":
         return DiscardSpanExporter()
     if name == "otlp":
-        return otlp_exporter(config)
+        return GenericVocabularySpanExporter(otlp_exporter(config), config.project)
     raise ValueError(f"verl_otel_bridge: {name!r} is not an exporter name (memory, jsonl, console, otlp, none)")
 
 

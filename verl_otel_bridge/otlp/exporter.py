@@ -50,9 +50,16 @@ class OtlpSpanExporter(SpanExporter):
             raise ValueError(f"verl_otel_bridge: max_request_bytes={max_request_bytes!r} must be at least 1")
         self.sender = sender
         self.max_request_bytes = max_request_bytes
+        #: Why the last ``export`` failed (the sender's error: status and start of the answer); None after a success.
+        self.last_error: str | None = None
         self._encoder = SpanEncoder()
         self._once = OnceLogger(logger)
         self._left_out: set[int] = set()  # ids of the last batch's spans that were not sent
+
+    @property
+    def endpoint(self) -> str:
+        """The traces URL (credentials masked)."""
+        return self.sender.endpoint
 
     @classmethod
     def from_environment(
@@ -143,15 +150,19 @@ class OtlpSpanExporter(SpanExporter):
             for start, _end, body in self.requests(spans):
                 if body is None:
                     self._left_out.add(id(spans[start]))
-                    self._once.log("too-large", logging.WARNING, "%s; it is left out", self._too_large(spans[start]))
+                    self.last_error = self._too_large(spans[start])
+                    self._once.log("too-large", logging.WARNING, "%s; it is left out", self.last_error)
                     continue
                 self.sender.send(body, deadline=deadline)
         except OtlpSendError as exc:
             self._left_out = set()
+            self.last_error = str(exc)
             self._once.log(
                 f"failed:{exc.status}", logging.WARNING, "exporting %d spans over OTLP failed: %s", len(spans), exc
             )
             return SpanExportResult.FAILURE
+        if not self._left_out:
+            self.last_error = None
         return SpanExportResult.SUCCESS
 
     def take_left_out(self) -> int:

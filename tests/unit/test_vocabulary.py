@@ -1,0 +1,144 @@
+"""The generic vocabulary ``exporter: otlp`` sends, and failed sessions as error spans."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from opentelemetry.trace import StatusCode
+
+import verl_otel_bridge as vob
+from verl_otel_bridge import Bridge
+from verl_otel_bridge.exporters.vocabulary import conversation_id, generic_span
+from verl_otel_bridge.protocol import GENERIC_IDENTITY_KEYS, IDENTITY_KEYS
+from verl_otel_bridge.testing import capture_spans
+
+
+def agent_loop(bridge: Bridge) -> None:
+    with bridge.session(sample=1, session=2, global_steps=3, uid="u7", project="p", experiment_name="e") as s:
+        vob.record_io(input="question")
+        with s.task("solve") as task:
+            with s.turn(0, type="generate", input="question") as turn:
+                turn.record(prompt_tokens=10, completion_tokens=4, content="answer", finish_reason="stop")
+            with s.turn(1, type="tool") as turn:
+                turn.record(tools="calc", tool_args={"x": 1})
+                vob.record_io(output={"value": 42})
+            task.set_result(status="success", reward=0.75)
+        with bridge.span("plain"):
+            pass
+        bridge.record_span(
+            "reward_model", start_time_ns=2 * 10**18, end_time_ns=2 * 10**18 + 5, attributes={"reward": 1}
+        )
+        vob.record_io(output="answer", span=s.span)
+        s.finish(status="success", trajectories=[{"chain_id": 0, "reward_score": 0.75, "num_turns": 2}])
+
+
+@pytest.fixture
+def translated() -> list:
+    with capture_spans() as capture:
+        agent_loop(capture.bridge)
+        native = capture.spans
+    assert len(native) == 6  # session, task, two turns, plain, reward_model
+    return [(span, generic_span(span)) for span in native]
+
+
+def test_no_key_shadows_a_dotted_key_and_the_identity_stays_complete(translated: list) -> None:
+    for native, span in translated:
+        keys = set(span.attributes)
+        shadowing = {k for k in keys if any(other.startswith(k + ".") for other in keys)}
+        assert not shadowing, (span.name, shadowing)
+        for key in IDENTITY_KEYS:
+            assert span.attributes[GENERIC_IDENTITY_KEYS.get(key, key)] == native.attributes[key], (span.name, key)
+        assert span.attributes["session.id"] == "project=p/experiment=e/global_steps=3/sample=1/session=2/traj=0"
+        assert span.attributes["gen_ai.conversation.id"] == span.attributes["session.id"]
+        assert span.attributes["user.id"] == "u7"
+        assert span.resource.attributes["openinference.project.name"] == "p"
+
+
+def test_kinds_inputs_outputs_tokens_and_reward(translated: list) -> None:
+    by_name = {(s.name, s.attributes.get("type")): s for _, s in translated}
+    kinds = {key: s.attributes.get("openinference.span.kind") for key, s in by_name.items()}
+    assert kinds == {
+        ("agent_session", None): "AGENT",
+        ("agent_task", None): "CHAIN",
+        ("agent_turn", "generate"): None,  # gen_ai.operation.name=chat: the backends' own LLM kind
+        ("agent_turn", "tool"): "TOOL",
+        ("plain", None): "CHAIN",
+        ("reward_model", None): "EVALUATOR",
+    }
+    session = by_name["agent_session", None]
+    assert (session.attributes["input.value"], session.attributes["output.value"]) == ("question", "answer")
+    assert json.loads(session.attributes["metadata"]) == {"reward": 0.75}
+    assert session.attributes["mlflow.traceTag.reward"] == "0.75"
+    chat = by_name["agent_turn", "generate"]
+    assert json.loads(chat.attributes["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "question"}]}
+    ]
+    assert json.loads(chat.attributes["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "answer"}], "finish_reason": "stop"}
+    ]
+    assert [chat.attributes[f"llm.token_count.{k}"] for k in ("prompt", "completion", "total")] == [10, 4, 14]
+    tool = by_name["agent_turn", "tool"]
+    assert tool.attributes["gen_ai.tool.call.result"] == '{"value": 42}'
+    assert tool.attributes["input.value"] == '{"x": 1}' and tool.attributes["input.mime_type"] == "application/json"
+    task = by_name["agent_task", None]
+    assert [(e.name, dict(e.attributes)) for e in task.events] == [
+        ("gen_ai.evaluation.result", {"gen_ai.evaluation.name": "reward", "gen_ai.evaluation.score.value": 0.75})
+    ]
+    assert "input" not in task.attributes and "session" not in task.attributes
+
+
+def test_translation_is_idempotent(translated: list) -> None:
+    for _, span in translated:
+        again = generic_span(span)
+        assert dict(again.attributes) == dict(span.attributes)
+        assert len(again.events) == len(span.events)
+
+
+def test_spans_outside_a_session_get_no_session(make_bridge: Callable[..., Bridge]) -> None:
+    bridge = make_bridge(exporter="memory")
+    with bridge.span("alone"):
+        pass
+    span = generic_span(bridge.memory_exporter.get_finished_spans()[0])
+    assert conversation_id(span.attributes) is None and "session.id" not in span.attributes
+    assert span.attributes["openinference.span.kind"] == "CHAIN"
+
+
+@pytest.mark.parametrize("status", ["failed", "error", "cancelled", "Timeout"])
+def test_a_failed_session_ends_as_an_error_span(make_bridge: Callable[..., Bridge], status: str) -> None:
+    bridge = make_bridge(exporter="memory")
+    with bridge.session(sample=0, session=0) as s:
+        s.finish(status=status)
+    (span,) = bridge.memory_exporter.get_finished_spans()
+    assert (span.status.status_code, span.status.description) == (
+        StatusCode.ERROR,
+        f"session finished with status {status!r}",
+    )
+
+
+def test_an_exception_keeps_its_own_description_and_success_stays_unset(make_bridge: Callable[..., Bridge]) -> None:
+    bridge = make_bridge(exporter="memory")
+    with pytest.raises(ValueError), bridge.session(sample=0, session=0):
+        raise ValueError("boom")
+    with bridge.session(sample=0, session=1) as s, s.task("t") as task:
+        task.set_result(status="failed", error="tool crashed")
+    with bridge.session(sample=0, session=2):
+        pass
+    spans = {(s.name, s.attributes["session"]): s.status for s in bridge.memory_exporter.get_finished_spans()}
+    assert spans["agent_session", "0"].description == "ValueError: boom"
+    assert (spans["agent_task", "1"].status_code, spans["agent_task", "1"].description) == (
+        StatusCode.ERROR,
+        "tool crashed",
+    )
+    assert spans["agent_session", "1"].status_code is StatusCode.UNSET  # finished as success
+    assert spans["agent_session", "2"].status_code is StatusCode.UNSET
+
+
+def test_a_callers_plain_key_that_a_dotted_key_nests_under_moves_aside(make_bridge: Callable[..., Bridge]) -> None:
+    bridge = make_bridge(exporter="memory")
+    with bridge.session(sample=0, session=0), bridge.turn(0, llm="vllm") as turn:
+        turn.record(prompt_tokens=3, completion_tokens=1)
+    turn_span = next(s for s in bridge.memory_exporter.get_finished_spans() if s.name == "agent_turn")
+    sent = generic_span(turn_span).attributes
+    assert "llm" not in sent and sent["llm.value"] == "vllm" and sent["llm.token_count.total"] == 4
