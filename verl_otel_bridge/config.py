@@ -578,6 +578,8 @@ def _validate(config: BridgeConfig) -> None:
         raise bad("fallback", f"is not one of: {', '.join(FALLBACKS)}.")
     if config.rl_insight_transport not in TRANSPORTS:
         raise bad("rl_insight_transport", f"is not one of: {', '.join(TRANSPORTS)}.")
+    if config.max_queue_size is not None and config.max_queue_size < 1:
+        raise bad("max_queue_size", "must be at least 1 (or unset: bounded by max_queue_bytes only).")
     for key in (
         "memory_max_spans",
         "max_export_batch_size",
@@ -588,11 +590,8 @@ def _validate(config: BridgeConfig) -> None:
     ):
         if getattr(config, key) < 1:
             raise bad(key, "must be at least 1.")
-    if config.max_queue_size is not None:
-        if config.max_queue_size < 1:
-            raise bad("max_queue_size", "must be at least 1 (or unset: bounded by max_queue_bytes only).")
-        if config.max_export_batch_size > config.max_queue_size:
-            raise bad("max_export_batch_size", f"must not exceed max_queue_size ({config.max_queue_size}).")
+    if config.max_queue_size is not None and config.max_export_batch_size > config.max_queue_size:
+        raise bad("max_export_batch_size", f"must not exceed max_queue_size ({config.max_queue_size}).")
     if config.spill_max_bytes < 0:
         raise bad("spill_max_bytes", "must not be negative (0 turns spilling off).")
     if config.spill_dir == "":
