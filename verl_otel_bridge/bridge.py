@@ -397,7 +397,9 @@ class Bridge:
 
     def clean_attributes(self, attributes: Mapping[Any, Any]) -> dict[str, AttributeValue]:
         """``attributes`` converted as this bridge's spans convert them (see :mod:`verl_otel_bridge.attributes`)."""
-        return clean_attributes(attributes, self._max_attribute_length, self._note_conversion)
+        return clean_attributes(
+            attributes, self._max_attribute_length, self._note_conversion, self.config.max_attribute_items
+        )
 
     def _with_identity(self, attributes: Mapping[Any, Any] | None) -> Mapping[str, AttributeValue] | None:
         # Stamping the identity at creation costs one dict merge; the identity

@@ -76,6 +76,7 @@ def _queue(config: BridgeConfig) -> QueueSettings:
         max_size=config.max_queue_size,
         batch_size=config.max_export_batch_size,
         delay_s=config.schedule_delay_ms / 1000,
+        max_bytes=config.max_queue_bytes,
     )
 
 

@@ -1,0 +1,81 @@
+"""Memory bounds in bytes: a cheap estimate of a span's size, and a budget spans draw from.
+
+The estimate follows what CPython keeps for an ended span (measured with
+``tracemalloc``): about 3 KB for a bridge span with the identity and a few small
+attributes, plus what each attribute value holds. A sequence item counts as an
+int object and its pointer (36 bytes) or as a string of its length (57 + length),
+since items of a token-id list are distinct objects; shared values (the identity's,
+small ints) are counted as if they were not, so the estimate errs high.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from verl_otel_bridge.attributes import attributes_dict
+
+#: A span, its context, status, resource reference and attribute container.
+SPAN_BYTES = 1_500
+#: An event and its attribute container.
+EVENT_BYTES = 400
+#: One attribute's dict slot and key, before its value.
+ATTRIBUTE_BYTES = 100
+#: One scalar value (int, float, bool) with its pointer.
+SCALAR_BYTES = 36
+#: A str object's header.
+STR_BYTES = 57
+#: A tuple's header.
+TUPLE_BYTES = 56
+
+
+def span_size(span: ReadableSpan) -> int:
+    """The estimated bytes ``span`` holds in memory (attributes and events included)."""
+    size = SPAN_BYTES + attributes_size(span.attributes)
+    for event in span.events:
+        size += EVENT_BYTES + attributes_size(event.attributes)
+    return size
+
+
+def attributes_size(attributes: Mapping[str, Any] | None) -> int:
+    """The estimated bytes of ``attributes``' values and keys."""
+    if not attributes:
+        return 0
+    size = 0
+    for value in attributes_dict(attributes).values():
+        cls = value.__class__
+        if cls is str:
+            size += ATTRIBUTE_BYTES + STR_BYTES + len(value)
+        elif cls is tuple:
+            if value and value[0].__class__ is str:
+                size += ATTRIBUTE_BYTES + TUPLE_BYTES + sum(STR_BYTES + 8 + len(item) for item in value)
+            else:
+                size += ATTRIBUTE_BYTES + TUPLE_BYTES + SCALAR_BYTES * len(value)
+        else:
+            size += ATTRIBUTE_BYTES + SCALAR_BYTES
+    return size
+
+
+class ByteBudget:
+    """At most ``limit`` bytes taken at once; ``take`` and ``give`` hold a lock for one addition."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bool:
+        """Take ``size`` bytes; False (nothing taken) when that would pass the limit."""
+        with self._lock:
+            if self.used + size > self.limit:
+                return False
+            self.used += size
+            return True
+
+    def give(self, size: int) -> None:
+        """Return ``size`` bytes taken before."""
+        with self._lock:
+            self.used -= size
