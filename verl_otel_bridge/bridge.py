@@ -138,7 +138,9 @@ class Bridge:
         self._closed = False
         if self.config.enabled:
             self._pipeline = build_pipeline(self.config, self.counts)
-            self._processor = ExportSpanProcessor(self._pipeline.exporter, self.counts, self._pipeline.queue)
+            self._processor = ExportSpanProcessor(
+                self._pipeline.exporter, self.counts, self._pipeline.queue, self._pipeline.spill, self._pipeline.sampler
+            )
             self._provider = provider or TracerProvider(
                 resource=Resource.create({"service.name": self.config.service_name}), shutdown_on_exit=False
             )
@@ -371,7 +373,9 @@ class Bridge:
         ``rl_insight_transport``, ``otlp_endpoint``, ``otlp_error`` (None when
         RL-Insight is not involved), ``counters`` (see
         :mod:`verl_otel_bridge.accounting`), ``queued``, ``open_sessions``
-        (their ``count`` and the ``oldest`` few: see :mod:`verl_otel_bridge.inflight`).
+        (their ``count`` and the ``oldest`` few: see :mod:`verl_otel_bridge.inflight`),
+        ``queued_bytes`` (estimated), ``spill`` (None without a spill, else its ``dir``,
+        newest ``file``, ``files``, ``bytes`` on disk and ``backlog``: spans waiting there to be sent).
         """
         route: dict[str, Any] = dict.fromkeys(
             ("rl_insight_version", "rl_insight_installed", "rl_insight_transport", "otlp_endpoint", "otlp_error")
@@ -391,6 +395,8 @@ class Bridge:
             "counters": self.counts.snapshot(),
             "queued": len(queue) if queue is not None else 0,
             "open_sessions": self._inflight.snapshot(),
+            "queued_bytes": queue.bytes if queue is not None else 0,
+            "spill": spill.status() if (spill := self._pipeline and self._pipeline.spill) else None,
         }
 
     # -- internals -----------------------------------------------------------
