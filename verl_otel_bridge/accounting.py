@@ -2,12 +2,14 @@
 
 Each span that ends lands in exactly one terminal bucket, so after a flush::
 
-    ended == sum(exported.values()) + fallback + dropped + failed
+    ended == sum(exported.values()) + fallback + spilled + sampled_out + dropped + failed
 
 ``exported.<name>`` counts spans the named exporter accepted, ``fallback``
 spans the fallback exporter accepted because the preferred one was unusable or
-failed, ``dropped`` spans discarded because the export queue was full, and
-``failed`` spans no exporter accepted. ``invalid`` counts calls rejected before
+failed, ``spilled`` spans waiting in the spill files (they leave it when the
+drain sends them), ``sampled_out`` spans of sessions session sampling dropped,
+``dropped`` spans discarded because the export queue and the spill were full,
+and ``failed`` spans no exporter accepted. ``invalid`` counts calls rejected before
 a span was made (e.g. ``record_span`` with an end before its start); those
 spans never start, so they are outside the equation.
 """
@@ -90,7 +92,17 @@ class SpanCounts:
         exported = {k.split(".", 1)[1]: v for k, v in counts.items() if k.startswith("exported.")}
         summary: dict[str, Any] = {
             key: counts.get(key, 0)
-            for key in ("started", "ended", "fallback", "dropped", "failed", "invalid", "converted")
+            for key in (
+                "started",
+                "ended",
+                "fallback",
+                "spilled",
+                "sampled_out",
+                "dropped",
+                "failed",
+                "invalid",
+                "converted",
+            )
         }
         summary["exported"] = exported
         summary.update({k: v for k, v in counts.items() if k not in summary and not k.startswith("exported.")})
@@ -99,6 +111,8 @@ class SpanCounts:
 
 def balance(snapshot: dict[str, Any]) -> int:
     """``ended`` minus every terminal bucket: 0 when no span is unaccounted for."""
-    terminal: int = sum(snapshot["exported"].values()) + snapshot["fallback"] + snapshot["dropped"] + snapshot["failed"]
+    terminal: int = sum(snapshot["exported"].values()) + sum(
+        snapshot[key] for key in ("fallback", "spilled", "sampled_out", "dropped", "failed")
+    )
     ended: int = snapshot["ended"]
     return ended - terminal
