@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import io
+import itertools
 import json
 import logging
 import os
@@ -56,6 +57,8 @@ FROM_QUEUE = "queue"
 FROM_DESTINATION = "destination"
 
 Drain = Callable[[list[ReadableSpan]], object]
+
+_SEGMENT_NUMBERS = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,6 @@ class Spill:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._segments: collections.deque[_Segment] = collections.deque()
-        self._next_segment = 0
         self._backlog = 0
         self._draining = 0
         self._dropping = 0
@@ -258,14 +260,20 @@ class Spill:
 
     def _new_segment(self) -> _Segment | None:
         directory = Path(self.settings.directory).expanduser()
-        path = directory / f"spill-{socket.gethostname()}-{os.getpid()}-{self._next_segment}.jsonl"
-        self._next_segment += 1
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            path.open("xb").close()
-        except OSError as exc:
-            self._log_write_error(path, exc)
-            return None
+        prefix = f"spill-{socket.gethostname()}-{os.getpid()}"
+        while True:
+            # Numbered across the process, so two bridges never share a file; an old
+            # file of the same name (a reused pid) is skipped, never appended to.
+            path = directory / f"{prefix}-{next(_SEGMENT_NUMBERS)}.jsonl"
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                path.open("xb").close()
+                break
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                self._log_write_error(path, exc)
+                return None
         segment = _Segment(path)
         self._segments.append(segment)
         return segment
