@@ -453,13 +453,15 @@ class Bridge:
         logger.log(
             logging.WARNING if worrying else logging.INFO,
             "verl_otel_bridge shut down: spans went to %s (%s); started=%d ended=%d exported=%s fallback=%d "
-            "dropped=%d failed=%d invalid=%d unaccounted=%d",
+            "spilled=%d sampled_out=%d dropped=%d failed=%d invalid=%d unaccounted=%d",
             status["exporter"],
             status["detail"],
             counters["started"],
             counters["ended"],
             counters["exported"],
             counters["fallback"],
+            counters["spilled"],
+            counters["sampled_out"],
             counters["dropped"],
             counters["failed"],
             counters["invalid"],
