@@ -10,9 +10,10 @@ small ints) are counted as if they were not, so the estimate errs high.
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan
 
@@ -30,6 +31,11 @@ SCALAR_BYTES = 36
 STR_BYTES = 57
 #: A tuple's header.
 TUPLE_BYTES = 56
+#: Estimated bytes of one batch at most (exported, spilled or drained), whatever the
+#: span count, so encoding a batch of spans with large attributes stays bounded too.
+MAX_BATCH_BYTES = 8 * 1024 * 1024
+
+T = TypeVar("T")
 
 
 def span_size(span: ReadableSpan) -> int:
@@ -57,6 +63,18 @@ def attributes_size(attributes: Mapping[str, Any] | None) -> int:
         else:
             size += ATTRIBUTE_BYTES + SCALAR_BYTES
     return size
+
+
+def take_batch(items: collections.deque[tuple[T, int]], max_count: int) -> list[tuple[T, int]]:
+    """Pop ``(item, size)`` pairs from the left: at most ``max_count``, and past :data:`MAX_BATCH_BYTES`
+    only the first (a span larger than a batch goes alone)."""
+    taken: list[tuple[T, int]] = []
+    size = 0
+    while items and len(taken) < max_count and size < MAX_BATCH_BYTES:
+        item = items.popleft()
+        taken.append(item)
+        size += item[1]
+    return taken
 
 
 class ByteBudget:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge.accounting import HotCounter
-from verl_otel_bridge.export.budget import ByteBudget, span_size
+from verl_otel_bridge.export.budget import ByteBudget, span_size, take_batch
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
@@ -159,9 +159,8 @@ class ExportQueue:
                     if not self._items:
                         stopping = self._stopping
                         break
-                    count = min(self._batch_size, len(self._items))
-                    taken = [self._items.popleft() for _ in range(count)]
-                    self._in_flight = count
+                    taken = take_batch(self._items, self._batch_size)
+                    self._in_flight = len(taken)
                 self._budget.give(sum(size for _span, size in taken))
                 batch = [span for span, _size in taken]
                 try:

@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge.accounting import HotCounter, SpanCounts
 from verl_otel_bridge.config import BridgeConfig, default_spill_dir
-from verl_otel_bridge.export.budget import ByteBudget, span_size
+from verl_otel_bridge.export.budget import MAX_BATCH_BYTES, ByteBudget, span_size, take_batch
 from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out
 from verl_otel_bridge.exporters.redacting import redact
 from verl_otel_bridge.forks import reinit_after_fork
@@ -295,7 +295,7 @@ class Spill:
             self._wake_writer.wait()
             self._wake_writer.clear()
             while self._buffer:
-                taken = [self._buffer.popleft() for _ in range(min(self.settings.batch_size, len(self._buffer)))]
+                taken = take_batch(self._buffer, self.settings.batch_size)
                 spans = [redact(span, keys) if keys else span for span, _size in taken]
                 try:
                     self.write(spans, FROM_QUEUE)
@@ -338,16 +338,17 @@ class Spill:
             end = segment.size
             start = segment.read
         lines: list[bytes] = []
+        read = 0  # bytes of JSON: a quarter of the batch bound, as spans take several times more in memory
         with segment.path.open("rb") as stream:
             stream.seek(start)
             left = end - start
-            while left > 0 and len(lines) < self.settings.batch_size:
+            while left > 0 and len(lines) < self.settings.batch_size and read < MAX_BATCH_BYTES // 4:
                 line = stream.readline(left)
                 if not line:
                     break
                 lines.append(line)
                 left -= len(line)
-        read = sum(len(line) for line in lines)
+                read += len(line)
         taken = len(lines)
         batches: dict[str, list[ReadableSpan]] = {}
         for _number, _size, record, problem in iter_lines(io.BytesIO(b"".join(lines))):
