@@ -8,9 +8,10 @@ to a byte-bounded buffer), one drains the oldest file in the background whenever
 destination answers, deleting each file once it is read. Spans refused by the
 destination are written by the export thread itself, after the sender gave up.
 
-Accounting: a span written is counted ``spilled``; when the drain reads it back, it
-leaves ``spilled`` and is counted wherever the exporters put it (``exported``,
-``fallback``, ``failed``, or ``spilled`` again if the destination refused it again).
+Accounting: a span written is counted ``spilled`` (and ``spill_written``); when the
+drain reads it back, it leaves ``spilled`` (counted ``spill_drained``) and is counted
+wherever the exporters put it (``exported``, ``fallback``, ``failed``, or ``spilled``
+again if the destination refused it again).
 A span that finds the spill full (or unwritable) is ``dropped``.
 
 The bridge never sends a span twice: a span is spilled only after the destination
@@ -45,7 +46,7 @@ from verl_otel_bridge.export.budget import MAX_BATCH_BYTES, ByteBudget, span_siz
 from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out
 from verl_otel_bridge.exporters.redacting import redact
 from verl_otel_bridge.forks import reinit_after_fork
-from verl_otel_bridge.logs import OnceLogger
+from verl_otel_bridge.logs import OnceLogger, Reminder
 from verl_otel_bridge.records import iter_lines, record_to_span, span_to_record
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
@@ -59,6 +60,11 @@ FROM_DESTINATION = "destination"
 Drain = Callable[[list[ReadableSpan]], object]
 
 _SEGMENT_NUMBERS = itertools.count()
+
+#: The spill's write buffer holds a quarter of ``max_queue_bytes``, and at least this much.
+MIN_BUFFER_BYTES = 16 * 1024 * 1024
+#: While spans are being dropped, the WARNING that says so is repeated at most this often.
+DROP_WARNING_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,7 @@ class SpillSettings:
         return cls(
             directory=config.spill_dir or default_spill_dir(),
             max_bytes=config.spill_max_bytes,
-            buffer_bytes=max(1, config.max_queue_bytes // 4),
+            buffer_bytes=max(config.max_queue_bytes // 4, MIN_BUFFER_BYTES),
             batch_size=config.max_export_batch_size,
             after_s=config.spill_after_s,
             probe_s=config.spill_probe_s,
@@ -162,6 +168,7 @@ class Spill:
         self.health = health
         self.drains: dict[str, Drain] = {}
         self._once = OnceLogger(logger)
+        self._drop_warning = Reminder(logger, DROP_WARNING_INTERVAL_S)
         self._start()
         reinit_after_fork(self._start)
 
@@ -205,32 +212,43 @@ class Spill:
     # -- writing -------------------------------------------------------------------
 
     def write(self, spans: Sequence[ReadableSpan], spilled_from: str) -> bool:
-        """Append ``spans`` to the spill, counted ``spilled``; False (counted ``dropped``) when it is full."""
-        if not spans:
-            return True
-        data = "".join(
-            json.dumps({**span_to_record(span), "spilled_from": spilled_from}, ensure_ascii=False) + "\n"
+        """Append ``spans`` to the spill, counted ``spilled``; those that find it full are counted ``dropped``.
+
+        True when all of them were written.
+        """
+        lines = [
+            (json.dumps({**span_to_record(span), "spilled_from": spilled_from}, ensure_ascii=False) + "\n").encode()
             for span in spans
-        ).encode("utf-8")
+        ]
         with self._lock:
-            written = self._append(data, len(spans))
-            if written:
-                self._backlog += len(spans)
+            room = self.settings.max_bytes - sum(segment.size for segment in self._segments)
+            fit = 0
+            for line in lines:
+                room -= len(line)
+                if room < 0:
+                    break
+                fit += 1
+            if fit and not self._append(b"".join(lines[:fit]), fit):
+                fit = 0
+            if fit:
+                self._backlog += fit
                 self._changed.notify_all()
-        if not written:
-            self._drop(len(spans), f"the spill is full ({self.settings.max_bytes} bytes in {self.settings.directory})")
+        if fit:
+            self.counts.add("spilled", fit)
+            self.counts.add("spill_written", fit)
+            self._wake_drain.set()
+        if fit < len(lines):
+            self._drop(
+                len(lines) - fit, f"the spill is full ({self.settings.max_bytes} bytes in {self.settings.directory})"
+            )
             return False
-        self.counts.add("spilled", len(spans))
         if self._dropping:
-            logger.warning("the spill has room again; %d spans were dropped while it had none", self._dropping)
+            logger.info("the spill takes spans again; %d were dropped while it could not", self._dropping)
             self._dropping = 0
-        self._wake_drain.set()
         return True
 
     def _append(self, data: bytes, spans: int) -> bool:
-        """Write ``data`` whole to the newest file (holding the lock); False if it cannot."""
-        if sum(segment.size for segment in self._segments) + len(data) > self.settings.max_bytes:
-            return False
+        """Write ``data`` (that fits the cap) whole to the newest file, holding the lock; False if it cannot."""
         segment = self._segments[-1] if self._segments else None
         if segment is None or (segment.size and segment.size + len(data) > self.settings.max_bytes // 4):
             segment = self._new_segment()
@@ -285,7 +303,7 @@ class Spill:
         self.counts.add("dropped", spans)
         first = not self._dropping
         self._dropping += spans
-        if first:
+        if first and self._drop_warning.due():
             logger.warning("%s: %d spans dropped (counted as dropped; more follow until it has room)", why, spans)
 
     def _write_loop(self) -> None:
@@ -370,6 +388,7 @@ class Spill:
                 segment.path.unlink(missing_ok=True)
         unreadable = taken - sum(len(spans) for spans in batches.values())
         self.counts.add("spilled", -taken)
+        self.counts.add("spill_drained", taken)
         self.counts.add("failed", unreadable)
         return batches
 
