@@ -10,8 +10,8 @@ A session is kept when any of these holds:
 - its group is sampled: ``blake2b(uid)``, read as a fraction of 2**64, is below
   ``session_sample_rate``; the same on every worker and every run, so all rollouts
   of a prompt (a GRPO group) are kept or dropped together;
-- it did not succeed: status ERROR, or a ``status`` attribute other than
-  ``success`` (``error``, ``cancelled``), or ``finished`` false;
+- it did not succeed: it or any of its spans has status ERROR, or its ``status``
+  attribute is other than ``success`` (``error``, ``cancelled``), or ``finished`` is false;
 - ``session_keep_slowest`` > 0 and its duration is among the slowest that fraction
   of the sessions of its step ended so far in this process;
 - ``session_keep_reward_extremes`` > 0 and its reward (the mean of its tasks'
@@ -88,7 +88,7 @@ class _Ranks:
         self._steps: collections.OrderedDict[Any, list[float]] = collections.OrderedDict()
 
     def add(self, step: Any, value: float) -> tuple[float, float]:
-        """Record ``value``; the fractions of the step's values above it and below it."""
+        """Record ``value``; the fractions of the step's values strictly above it and strictly below it."""
         values = self._steps.get(step)
         if values is None:
             values = self._steps[step] = []
@@ -182,7 +182,7 @@ class SessionSampler:
     def _keep(self, session: ReadableSpan, attributes: Mapping[str, Any], spans: list[ReadableSpan]) -> bool:
         settings = self.settings
         step = attributes.get("global_steps")
-        keep = group_sampled(attributes.get("uid"), settings.rate) or not _succeeded(session, attributes)
+        keep = group_sampled(attributes.get("uid"), settings.rate) or not _succeeded(session, attributes, spans)
         if settings.keep_slowest and session.start_time is not None and session.end_time is not None:
             slower, _faster = self._durations.add(step, float(session.end_time - session.start_time))
             keep = keep or slower < settings.keep_slowest
@@ -193,8 +193,8 @@ class SessionSampler:
         return keep
 
 
-def _succeeded(session: ReadableSpan, attributes: Mapping[str, Any]) -> bool:
-    if session.status.status_code is StatusCode.ERROR or attributes.get("finished") is False:
+def _succeeded(session: ReadableSpan, attributes: Mapping[str, Any], spans: list[ReadableSpan]) -> bool:
+    if attributes.get("finished") is False or any(span.status.status_code is StatusCode.ERROR for span in spans):
         return False
     status = attributes.get("status")
     return status is None or status == "success"
