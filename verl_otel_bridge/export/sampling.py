@@ -88,7 +88,11 @@ class _Ranks:
         self._steps: collections.OrderedDict[Any, list[float]] = collections.OrderedDict()
 
     def add(self, step: Any, value: float) -> tuple[float, float]:
-        """Record ``value``; the fractions of the step's values strictly above it and strictly below it."""
+        """Record ``value``; the fractions of the step's values above it and below it.
+
+        Equal values count half above, half below (mid-ranks): with rewards of 0 or 1,
+        no session is an extreme for being one of many equal ones.
+        """
         values = self._steps.get(step)
         if values is None:
             values = self._steps[step] = []
@@ -97,9 +101,9 @@ class _Ranks:
         if len(values) < MAX_PER_STEP:
             bisect.insort(values, value)
         count = len(values)
-        above = count - bisect.bisect_right(values, value)
-        below = bisect.bisect_left(values, value)
-        return above / count, below / count
+        left, right = bisect.bisect_left(values, value), bisect.bisect_right(values, value)
+        ties = (right - left - 1) / 2  # other values equal to this one
+        return (count - right + ties) / count, (left + ties) / count
 
 
 class SessionSampler:

@@ -120,15 +120,9 @@ class Health:
         return self._failing_since is None
 
     def should_try(self) -> bool:
-        """Whether to send a batch now: always unless down; while down, once per ``probe_s``."""
+        """Whether the export thread sends a batch: unless the destination is down (then only the drain tries)."""
         since = self._failing_since
-        now = time.monotonic()
-        if since is None or now - since < self._after_s:
-            return True
-        if now - self._last_try >= self._probe_s:
-            self._last_try = now
-            return True
-        return False
+        return since is None or time.monotonic() - since < self._after_s
 
     def retry_due(self) -> bool:
         """Whether ``probe_s`` has passed since the last batch was tried (the drain waits for it while failing)."""
@@ -329,6 +323,10 @@ class Spill:
 
     # -- draining ------------------------------------------------------------------
 
+    def on_drain_thread(self) -> bool:
+        """Whether the caller is the drain thread (whose batches always try the destination)."""
+        return threading.current_thread() is self._drainer
+
     def wake_drain(self) -> None:
         """The destination answered: drain now if anything waits."""
         if self._backlog and not self._wake_drain.is_set():
@@ -450,8 +448,9 @@ class SpillingSpanExporter(WrappingSpanExporter):
     """The destination, counted as ``key``; a batch it refuses is spilled instead of failed.
 
     Once it has refused every batch for ``spill_after_s``, batches go straight to
-    the spill without waiting out the sender's retries, one batch every
-    ``spill_probe_s`` being tried; the first one accepted brings the drain back.
+    the spill without waiting out the sender's retries; the drain thread then tries
+    one spilled batch every ``spill_probe_s``, and the first one accepted brings
+    the destination back for everyone.
     Spans the destination left out of a batch it took (see
     :class:`~verl_otel_bridge.exporters.base.LeavesOut`) count as failed.
     """
@@ -466,7 +465,9 @@ class SpillingSpanExporter(WrappingSpanExporter):
         spill.drains[FROM_DESTINATION] = self.send
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self.health.should_try():
+        # While down, only the drain thread tries the destination (waiting out the
+        # sender there holds up no queue); what the export thread gets, it spills.
+        if self.health.should_try() or self.spill.on_drain_thread():
             return self.send(spans)
         return self._spill(spans)
 
