@@ -186,18 +186,18 @@ def burst(spans: int, threads: int = 8) -> dict[str, Any]:
 # -- memory ------------------------------------------------------------------------------
 
 RSS_PROBE = """
-import json, random, resource, sys
+import json, resource, sys
 import verl_otel_bridge as vob
 
 settings = json.loads(sys.argv[1])
 bridge = vob.configure(exporter="otlp", spill_after_s=0.1, spill_probe_s=600, environ={}, **settings)
 def rss():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-with vob.span("warm", ids=[random.randrange(200_000) for _ in range(200_000)]):
+with vob.span("warm", ids=list(range(1_000, 201_000))):
     pass
 before = rss()
 for i in range(int(sys.argv[2])):
-    with vob.span("sample", ids=[random.randrange(200_000) for _ in range(200_000)]):
+    with vob.span("sample", ids=list(range(1_000 + i, 201_000 + i))):  # fresh int objects, as token ids are
         pass
 bridge.force_flush(60)
 print(json.dumps({"growth": rss() - before, "counters": bridge.status()["counters"]}))

@@ -3,7 +3,7 @@
 The estimate follows what CPython keeps for an ended span (measured with
 ``tracemalloc``): about 3 KB for a bridge span with the identity and a few small
 attributes, plus what each attribute value holds. A sequence item counts as an
-int object and its pointer (36 bytes) or as a string of its length (57 + length),
+int object and its pointer (40 bytes) or as a string of its length (57 + length),
 since items of a token-id list are distinct objects; shared values (the identity's,
 small ints) are counted as if they were not, so the estimate errs high.
 """
@@ -25,8 +25,8 @@ SPAN_BYTES = 1_500
 EVENT_BYTES = 400
 #: One attribute's dict slot and key, before its value.
 ATTRIBUTE_BYTES = 100
-#: One scalar value (int, float, bool) with its pointer.
-SCALAR_BYTES = 36
+#: One scalar value (int, float, bool: a 32-byte pymalloc block) with its pointer.
+SCALAR_BYTES = 40
 #: A str object's header.
 STR_BYTES = 57
 #: A tuple's header.
