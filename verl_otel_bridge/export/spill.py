@@ -43,7 +43,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from verl_otel_bridge.accounting import HotCounter, SpanCounts
 from verl_otel_bridge.config import BridgeConfig, default_spill_dir
 from verl_otel_bridge.export.budget import MAX_BATCH_BYTES, ByteBudget, span_size, take_batch
-from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out
+from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out_reader
 from verl_otel_bridge.exporters.redacting import redact
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.logs import OnceLogger, Reminder
@@ -457,6 +457,7 @@ class SpillingSpanExporter(WrappingSpanExporter):
 
     def __init__(self, inner: SpanExporter, counts: SpanCounts, key: str, spill: Spill) -> None:
         super().__init__(inner)
+        self._left_out = left_out_reader(inner)
         self.counts = counts
         self.key = key
         self.spill = spill
@@ -482,7 +483,7 @@ class SpillingSpanExporter(WrappingSpanExporter):
             self.health.failed()
             return self._spill(spans)
         self.health.succeeded()
-        skipped = left_out(self.inner)
+        skipped = self._left_out()
         self.counts.add(self.key, len(spans) - skipped)
         self.counts.add("failed", skipped)
         self.spill.wake_drain()
