@@ -16,15 +16,18 @@ spans never start, so they are outside the equation.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from verl_otel_bridge.forks import reinit_after_fork
 
 #: Counted on every span start and end, so they get lock-free counters.
 HOT_KEYS = ("started", "ended")
+#: The buckets of the equation besides ``exported.<name>``.
+TERMINAL_KEYS = ("fallback", "spilled", "sampled_out", "dropped", "failed")
 
 
 class HotCounter:
@@ -65,6 +68,7 @@ class SpanCounts:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        self._moving = threading.local()
         for counter in self._hot.values():
             counter.zero()
 
@@ -77,6 +81,29 @@ class SpanCounts:
         if amount:
             with self._lock:
                 self._counts[key] = self._counts.get(key, 0) + amount
+                move: tuple[str, list[int]] | None = getattr(self._moving, "move", None)
+                if move is not None and amount > 0 and (key in TERMINAL_KEYS or key.startswith("exported.")):
+                    source, left = move
+                    taken = min(amount, left[0])
+                    self._counts[source] = self._counts.get(source, 0) - taken
+                    left[0] -= taken
+
+    @contextlib.contextmanager
+    def moving(self, key: str, amount: int) -> Iterator[None]:
+        """Move ``amount`` spans out of bucket ``key`` into the buckets this thread counts them in next.
+
+        Each terminal count this thread adds inside the block takes its share out of
+        ``key`` under the same lock, so a snapshot never sees the spans in both buckets
+        or in neither (the spill's drain re-exporting spans counted ``spilled``); what is
+        left at the end leaves ``key`` then.
+        """
+        left = [amount]
+        self._moving.move = (key, left)
+        try:
+            yield
+        finally:
+            self._moving.move = None
+            self.add(key, -left[0])
 
     def get(self, key: str) -> int:
         """The current value of ``key`` (0 if never counted)."""
@@ -111,8 +138,6 @@ class SpanCounts:
 
 def balance(snapshot: dict[str, Any]) -> int:
     """``ended`` minus every terminal bucket: 0 when no span is unaccounted for."""
-    terminal: int = sum(snapshot["exported"].values()) + sum(
-        snapshot[key] for key in ("fallback", "spilled", "sampled_out", "dropped", "failed")
-    )
+    terminal: int = sum(snapshot["exported"].values()) + sum(snapshot[key] for key in TERMINAL_KEYS)
     ended: int = snapshot["ended"]
     return ended - terminal

@@ -348,7 +348,7 @@ class Spill:
                 self._changed.notify_all()
 
     def _read_batch(self) -> dict[str, list[ReadableSpan]]:
-        """Up to ``batch_size`` spans from the oldest file, by ``spilled_from``; leaves ``spilled`` for them."""
+        """Up to ``batch_size`` spans from the oldest file, by ``spilled_from`` (unreadable lines: ``failed``)."""
         with self._lock:
             segment = self._segments[0]
             end = segment.size
@@ -385,18 +385,20 @@ class Spill:
                 self._segments.popleft()
                 segment.path.unlink(missing_ok=True)
         unreadable = taken - sum(len(spans) for spans in batches.values())
-        self.counts.add("spilled", -taken)
         self.counts.add("spill_drained", taken)
-        self.counts.add("failed", unreadable)
+        with self.counts.moving("spilled", unreadable):
+            self.counts.add("failed", unreadable)
         return batches
 
     def _send(self, spilled_from: str, spans: list[ReadableSpan]) -> None:
+        """Export drained ``spans``; they leave ``spilled`` as the exporters count them."""
         drain = self.drains.get(spilled_from) or self.drains[FROM_QUEUE]
-        try:
-            drain(spans)
-        except Exception:
-            logger.exception("draining %d spilled spans raised; they are counted as failed", len(spans))
-            self.counts.add("failed", len(spans))
+        with self.counts.moving("spilled", len(spans)):
+            try:
+                drain(spans)
+            except Exception:
+                logger.exception("draining %d spilled spans raised; they are counted as failed", len(spans))
+                self.counts.add("failed", len(spans))
 
     # -- flush, shutdown, status ---------------------------------------------------------
 
