@@ -1017,6 +1017,30 @@ def run_phase_subprocess(phase: str, args: argparse.Namespace, timeout_s: float)
         return json.loads(out.read_text())
 
 
+def run_noloss(smoke: bool) -> dict[str, Any]:
+    """``bench/noloss.py`` (bursts, spill, sampling) in a fresh interpreter; its results, or the error."""
+    with tempfile.TemporaryDirectory(prefix="vob-bench-") as tmp:
+        out = Path(tmp) / "noloss.json"
+        cmd = [sys.executable, str(Path(__file__).resolve().with_name("noloss.py")), "--json", str(out)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_BRIDGE_"))}
+        try:
+            proc = subprocess.run(
+                [*cmd, *(["--smoke"] if smoke else [])],
+                capture_output=True,
+                text=True,
+                timeout=300 if smoke else 1200,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            return {"error": "bench/noloss.py timed out", "stderr": _tail(exc.stderr)}
+        if proc.returncode != 0 or not out.is_file():
+            return {"error": f"bench/noloss.py exited {proc.returncode}", "stderr": _tail(proc.stderr)}
+        result: dict[str, Any] = json.loads(out.read_text())
+        return result
+
+
 def _tail(text: Any, lines: int = 25) -> str:
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
@@ -1105,6 +1129,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"memory phase failed: {memory['error']}\n{memory.get('stderr')}", file=sys.stderr)
         else:
             results["memory"] = memory
+
+    print("bursts, spill and sampling (bench/noloss.py) in a subprocess ...", file=sys.stderr, flush=True)
+    results["noloss"] = run_noloss(args.smoke)
 
     results["meta"]["machine"]["load_average_end"] = list(os.getloadavg())
     results["meta"]["seconds"] = round(time.monotonic() - began, 1)

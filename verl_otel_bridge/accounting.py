@@ -2,27 +2,32 @@
 
 Each span that ends lands in exactly one terminal bucket, so after a flush::
 
-    ended == sum(exported.values()) + fallback + dropped + failed
+    ended == sum(exported.values()) + fallback + spilled + sampled_out + dropped + failed
 
 ``exported.<name>`` counts spans the named exporter accepted, ``fallback``
 spans the fallback exporter accepted because the preferred one was unusable or
-failed, ``dropped`` spans discarded because the export queue was full, and
-``failed`` spans no exporter accepted. ``invalid`` counts calls rejected before
+failed, ``spilled`` spans waiting in the spill files (they leave it when the
+drain sends them), ``sampled_out`` spans of sessions session sampling dropped,
+``dropped`` spans discarded because the export queue and the spill were full,
+and ``failed`` spans no exporter accepted. ``invalid`` counts calls rejected before
 a span was made (e.g. ``record_span`` with an end before its start); those
 spans never start, so they are outside the equation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from verl_otel_bridge.forks import reinit_after_fork
 
 #: Counted on every span start and end, so they get lock-free counters.
 HOT_KEYS = ("started", "ended")
+#: The buckets of the equation besides ``exported.<name>``.
+TERMINAL_KEYS = ("fallback", "spilled", "sampled_out", "dropped", "failed")
 
 
 class HotCounter:
@@ -63,6 +68,7 @@ class SpanCounts:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        self._moving = threading.local()
         for counter in self._hot.values():
             counter.zero()
 
@@ -75,6 +81,29 @@ class SpanCounts:
         if amount:
             with self._lock:
                 self._counts[key] = self._counts.get(key, 0) + amount
+                move: tuple[str, list[int]] | None = getattr(self._moving, "move", None)
+                if move is not None and amount > 0 and (key in TERMINAL_KEYS or key.startswith("exported.")):
+                    source, left = move
+                    taken = min(amount, left[0])
+                    self._counts[source] = self._counts.get(source, 0) - taken
+                    left[0] -= taken
+
+    @contextlib.contextmanager
+    def moving(self, key: str, amount: int) -> Iterator[None]:
+        """Move ``amount`` spans out of bucket ``key`` into the buckets this thread counts them in next.
+
+        Each terminal count this thread adds inside the block takes its share out of
+        ``key`` under the same lock, so a snapshot never sees the spans in both buckets
+        or in neither (the spill's drain re-exporting spans counted ``spilled``); what is
+        left at the end leaves ``key`` then.
+        """
+        left = [amount]
+        self._moving.move = (key, left)
+        try:
+            yield
+        finally:
+            self._moving.move = None
+            self.add(key, -left[0])
 
     def get(self, key: str) -> int:
         """The current value of ``key`` (0 if never counted)."""
@@ -90,7 +119,17 @@ class SpanCounts:
         exported = {k.split(".", 1)[1]: v for k, v in counts.items() if k.startswith("exported.")}
         summary: dict[str, Any] = {
             key: counts.get(key, 0)
-            for key in ("started", "ended", "fallback", "dropped", "failed", "invalid", "converted")
+            for key in (
+                "started",
+                "ended",
+                "fallback",
+                "spilled",
+                "sampled_out",
+                "dropped",
+                "failed",
+                "invalid",
+                "converted",
+            )
         }
         summary["exported"] = exported
         summary.update({k: v for k, v in counts.items() if k not in summary and not k.startswith("exported.")})
@@ -99,6 +138,6 @@ class SpanCounts:
 
 def balance(snapshot: dict[str, Any]) -> int:
     """``ended`` minus every terminal bucket: 0 when no span is unaccounted for."""
-    terminal: int = sum(snapshot["exported"].values()) + snapshot["fallback"] + snapshot["dropped"] + snapshot["failed"]
+    terminal: int = sum(snapshot["exported"].values()) + sum(snapshot[key] for key in TERMINAL_KEYS)
     ended: int = snapshot["ended"]
     return ended - terminal

@@ -13,7 +13,9 @@ None                        the key is left out
 bytes                       UTF-8 text (invalid bytes replaced)
 numpy scalar / ``.item()``  the Python scalar it holds
 mapping                     a JSON string
-homogeneous list/tuple      a tuple of the converted items
+homogeneous list/tuple      a tuple of the converted items (the first
+                            ``max_items``; a longer one is cut, noted
+                            ``truncated sequence``)
 mixed list/tuple, set       a JSON string
 anything else               ``str(value)`` (``repr`` if that raises)
 ==========================  =================================================
@@ -45,9 +47,17 @@ ConvertHook = Callable[[str, str], None]
 
 
 def to_attribute_value(
-    value: Any, max_length: int | None = None, *, key: str = "", on_convert: ConvertHook | None = None
+    value: Any,
+    max_length: int | None = None,
+    *,
+    key: str = "",
+    on_convert: ConvertHook | None = None,
+    max_items: int | None = None,
 ) -> AttributeValue | None:
-    """Convert one value to an OpenTelemetry attribute value (None: leave out)."""
+    """Convert one value to an OpenTelemetry attribute value (None: leave out).
+
+    Strings are cut at ``max_length`` characters, sequences at ``max_items`` items.
+    """
     cls = value.__class__
     if cls in _FAST_TYPES:
         return value  # type: ignore[no-any-return]
@@ -58,7 +68,7 @@ def to_attribute_value(
     if value is None:
         return None
     try:
-        return _convert(value, max_length, key, on_convert)
+        return _convert(value, max_length, key, on_convert, max_items)
     except Exception:  # noqa: BLE001 - a value we cannot read must not break the caller
         _note(on_convert, "unreadable", key)
         return f"<unreadable {cls.__name__}>"
@@ -68,6 +78,7 @@ def clean_attributes(
     attributes: Mapping[Any, Any] | None,
     max_length: int | None = None,
     on_convert: ConvertHook | None = None,
+    max_items: int | None = None,
 ) -> dict[str, AttributeValue]:
     """Convert a whole mapping; keys become strings, None values are left out; never raises.
 
@@ -101,13 +112,15 @@ def clean_attributes(
         ):
             out[key] = value
             continue
-        converted = to_attribute_value(value, max_length, key=key, on_convert=on_convert)
+        converted = to_attribute_value(value, max_length, key=key, on_convert=on_convert, max_items=max_items)
         if converted is not None:
             out[key] = converted
     return out
 
 
-def _convert(value: Any, max_length: int | None, key: str, on_convert: ConvertHook | None) -> AttributeValue:
+def _convert(
+    value: Any, max_length: int | None, key: str, on_convert: ConvertHook | None, max_items: int | None
+) -> AttributeValue:
     if isinstance(value, _PRIMITIVES):  # subclasses such as numpy.float64 or IntEnum
         if isinstance(value, str):
             return _truncate(str(value), max_length, key, on_convert)
@@ -139,12 +152,12 @@ def _convert(value: Any, max_length: int | None, key: str, on_convert: ConvertHo
     if callable(tolist):  # numpy arrays
         value = tolist()
         if isinstance(value, (list, tuple)):
-            converted = _sequence(value, max_length, key, on_convert)
+            converted = _sequence(value, max_length, key, on_convert, max_items)
             if isinstance(converted, tuple):  # (a mixed array was noted as such)
                 _note(on_convert, "array", key)
             return converted
     if isinstance(value, (list, tuple)):
-        return _sequence(value, max_length, key, on_convert)
+        return _sequence(value, max_length, key, on_convert, max_items)
     if isinstance(value, (set, frozenset)):
         _note(on_convert, "set", key)
         return _truncate(_to_json(sorted(value, key=repr)), max_length, key, on_convert)
@@ -153,9 +166,16 @@ def _convert(value: Any, max_length: int | None, key: str, on_convert: ConvertHo
 
 
 def _sequence(
-    value: list[Any] | tuple[Any, ...], max_length: int | None, key: str, on_convert: ConvertHook | None
+    value: list[Any] | tuple[Any, ...],
+    max_length: int | None,
+    key: str,
+    on_convert: ConvertHook | None,
+    max_items: int | None,
 ) -> AttributeValue:
-    items = [to_attribute_value(v, max_length, key=key, on_convert=on_convert) for v in value]
+    if max_items is not None and len(value) > max_items:
+        _note(on_convert, "truncated sequence", key)
+        value = value[:max_items]
+    items = [to_attribute_value(v, max_length, key=key, on_convert=on_convert, max_items=max_items) for v in value]
     kinds = {type(v) for v in items}
     if len(kinds) <= 1 and not kinds & {tuple, type(None)}:
         return tuple(items)  # type: ignore[return-value]

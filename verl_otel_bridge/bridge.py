@@ -138,7 +138,9 @@ class Bridge:
         self._closed = False
         if self.config.enabled:
             self._pipeline = build_pipeline(self.config, self.counts)
-            self._processor = ExportSpanProcessor(self._pipeline.exporter, self.counts, self._pipeline.queue)
+            self._processor = ExportSpanProcessor(
+                self._pipeline.exporter, self.counts, self._pipeline.queue, self._pipeline.spill, self._pipeline.sampler
+            )
             self._provider = provider or TracerProvider(
                 resource=Resource.create({"service.name": self.config.service_name}), shutdown_on_exit=False
             )
@@ -373,7 +375,9 @@ class Bridge:
         involved), ``counters`` (see :mod:`verl_otel_bridge.accounting`),
         ``exporters`` (per configured exporter, primary first: ``role``,
         ``endpoint``, ``last_error``, ``exported``, ``failed``), ``queued``,
-        ``open_sessions`` (their ``count`` and the ``oldest`` few: see
+        ``queued_bytes`` (estimated), ``spill`` (None without a spill, else its ``dir``,
+        newest ``file``, ``files``, ``bytes`` on disk and ``backlog``: spans waiting there
+        to be sent), ``open_sessions`` (their ``count`` and the ``oldest`` few: see
         :mod:`verl_otel_bridge.inflight`).
         """
         route: dict[str, Any] = dict.fromkeys(
@@ -399,13 +403,17 @@ class Bridge:
             "exporters": exporters,
             "queued": len(queue) if queue is not None else 0,
             "open_sessions": self._inflight.snapshot(),
+            "queued_bytes": queue.bytes if queue is not None else 0,
+            "spill": spill.status() if (spill := self._pipeline and self._pipeline.spill) else None,
         }
 
     # -- internals -----------------------------------------------------------
 
     def clean_attributes(self, attributes: Mapping[Any, Any]) -> dict[str, AttributeValue]:
         """``attributes`` converted as this bridge's spans convert them (see :mod:`verl_otel_bridge.attributes`)."""
-        return clean_attributes(attributes, self._max_attribute_length, self._note_conversion)
+        return clean_attributes(
+            attributes, self._max_attribute_length, self._note_conversion, self.config.max_attribute_items
+        )
 
     def _with_identity(self, attributes: Mapping[Any, Any] | None) -> Mapping[str, AttributeValue] | None:
         # Stamping the identity at creation costs one dict merge; the identity
@@ -453,13 +461,15 @@ class Bridge:
         logger.log(
             logging.WARNING if worrying else logging.INFO,
             "verl_otel_bridge shut down: spans went to %s (%s); started=%d ended=%d exported=%s fallback=%d "
-            "dropped=%d failed=%d invalid=%d unaccounted=%d",
+            "spilled=%d sampled_out=%d dropped=%d failed=%d invalid=%d unaccounted=%d",
             status["exporter"],
             status["detail"],
             counters["started"],
             counters["ended"],
             counters["exported"],
             counters["fallback"],
+            counters["spilled"],
+            counters["sampled_out"],
             counters["dropped"],
             counters["failed"],
             counters["invalid"],

@@ -18,6 +18,7 @@ import difflib
 import json
 import math
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -42,6 +43,11 @@ MAX_WAIT_S = 3600
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def default_spill_dir() -> str:
+    """Where spill files go unless ``spill_dir`` says otherwise: ``<tmp>/verl_otel_bridge_spill``."""
+    return os.path.join(tempfile.gettempdir(), "verl_otel_bridge_spill")
 
 
 def _env_aliases() -> dict[str, tuple[str, ...]]:
@@ -95,13 +101,36 @@ class BridgeConfig:
         rl_insight_transport: how spans reach RL-Insight's trace store: ``hub``
             (``rl_insight.trace_span`` per span), ``otlp`` (batches straight to the
             endpoint its server advertises) or ``auto`` (otlp when discovered).
-        max_queue_size: spans waiting for export; beyond it new spans are
-            dropped and counted.
+        max_queue_size: at most this many spans wait in memory for export
+            (``OTEL_BSP_MAX_QUEUE_SIZE``); unset: bounded by ``max_queue_bytes`` only.
+            Beyond either bound new spans are spilled (see ``spill_dir``).
+        max_queue_bytes: estimated bytes of spans waiting in memory for export
+            (:mod:`verl_otel_bridge.export.budget`); beyond it new spans are spilled.
         max_export_batch_size: spans handed to the exporter at once.
         schedule_delay_ms: longest wait before queued spans are exported.
         shutdown_timeout_s: longest ``shutdown()`` waits for pending exports.
         max_attribute_length: longer string attribute values are truncated,
             with a marker saying how much was cut.
+        max_attribute_items: longer sequence attribute values (token-id lists)
+            keep their first this many items (counted as ``converted``).
+        spill_dir: directory of the spill files (unset: :func:`default_spill_dir`; one per process,
+            ``spill-<host>-<pid>-<n>.jsonl``): spans past the in-memory bound, and
+            spans the destination refused, wait there to be sent again.
+        spill_max_bytes: the spill files' total size at most; 0 turns spilling
+            off. Past it spans are dropped.
+        spill_after_s: once the destination has refused every batch for this
+            long, batches go straight to the spill (one probe batch every
+            ``spill_probe_s``) instead of waiting out the sender's retries.
+        spill_probe_s: while the destination is down, how often a batch is tried.
+        session_sample_rate: the fraction of session groups (by ``uid``) kept,
+            0 to 1; spans of a session are held until its ``agent_session`` span
+            ends, then kept or dropped together (``sampled_out``).
+        session_keep_slowest: also keep a session among the slowest this
+            fraction of its step's sessions ended so far (0: off).
+        session_keep_reward_extremes: also keep a session whose reward is among
+            the highest or the lowest this fraction of its step's so far (0: off).
+        session_hold_max_bytes: estimated bytes of spans held for sampling at
+            most; past it the oldest session's spans are released, kept.
         redact_attributes: attribute keys whose values are replaced by
             ``[REDACTED]`` before any exporter sees them (e.g. ``content``,
             ``reasoning``, ``tool_args``, ``gen_ai.tool.call.arguments``).
@@ -132,11 +161,21 @@ class BridgeConfig:
     rl_insight_min_version: str = "0.3.0"
     rl_insight_config: Mapping[str, Any] | None = field(default=None, hash=False)
     rl_insight_transport: str = "auto"
-    max_queue_size: int = 2048
+    max_queue_size: int | None = None
+    max_queue_bytes: int = 256 * 1024 * 1024
     max_export_batch_size: int = 512
     schedule_delay_ms: int = 1000
     shutdown_timeout_s: float = 10.0
     max_attribute_length: int = 32_768
+    max_attribute_items: int = 32_768
+    spill_dir: str | None = None
+    spill_max_bytes: int = 1024 * 1024 * 1024
+    spill_after_s: float = 60.0
+    spill_probe_s: float = 5.0
+    session_sample_rate: float = 1.0
+    session_keep_slowest: float = 0.0
+    session_keep_reward_extremes: float = 0.0
+    session_hold_max_bytes: int = 64 * 1024 * 1024
     redact_attributes: tuple[str, ...] = ()
     reminder_interval_s: float = 600.0
     handle_sigterm: bool = True
@@ -289,7 +328,7 @@ def _meant_key(problem: str) -> str | None:
 
 
 def _fit_batch_to_queue(values: dict[str, Any]) -> None:
-    if "max_export_batch_size" not in values and "max_queue_size" in values:
+    if "max_export_batch_size" not in values and values.get("max_queue_size") is not None:
         # Only the queue was set (e.g. OTEL_BSP_MAX_QUEUE_SIZE=256): fit the default batch to it.
         values["max_export_batch_size"] = min(BridgeConfig.max_export_batch_size, values["max_queue_size"])
 
@@ -410,7 +449,16 @@ _FIELD_TYPES: dict[str, str] = {
     "handle_sigterm": "bool",
     "rl_insight_enable": "optional_bool",
     "memory_max_spans": "int",
-    "max_queue_size": "int",
+    "max_queue_size": "optional_int",
+    "max_queue_bytes": "int",
+    "max_attribute_items": "int",
+    "spill_max_bytes": "int",
+    "spill_after_s": "float",
+    "spill_probe_s": "float",
+    "session_sample_rate": "float",
+    "session_keep_slowest": "float",
+    "session_keep_reward_extremes": "float",
+    "session_hold_max_bytes": "int",
     "max_export_batch_size": "int",
     "schedule_delay_ms": "int",
     "shutdown_timeout_s": "float",
@@ -424,6 +472,7 @@ _FIELD_TYPES: dict[str, str] = {
     "experiment_name": "optional_str",
     "rl_insight_server_url": "optional_str",
     "otlp_endpoint": "optional_str",
+    "spill_dir": "optional_str",
     "exporter": "exporter",
 }
 
@@ -434,7 +483,9 @@ def _coerce(key: str, value: Any, where: str) -> Any:
     try:
         if kind in ("bool", "optional_bool"):
             return _to_bool(value, optional=kind == "optional_bool")
-        if kind == "int":
+        if kind == "optional_int" and (value is None or (isinstance(value, str) and not value.strip())):
+            return None
+        if kind in ("int", "optional_int"):
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise TypeError
             return int(value)
@@ -463,6 +514,7 @@ def _coerce(key: str, value: Any, where: str) -> Any:
             "bool": "true or false",
             "optional_bool": "true, false or unset",
             "int": "an integer",
+            "optional_int": "an integer or unset",
             "float": "a number",
             "mapping": "a mapping (or a JSON object in the environment)",
             "str_tuple": "a list of strings (comma-separated in the environment)",
@@ -526,16 +578,32 @@ def _validate(config: BridgeConfig) -> None:
         raise bad("fallback", f"is not one of: {', '.join(FALLBACKS)}.")
     if config.rl_insight_transport not in TRANSPORTS:
         raise bad("rl_insight_transport", f"is not one of: {', '.join(TRANSPORTS)}.")
-    for key in ("memory_max_spans", "max_queue_size", "max_export_batch_size", "max_attribute_length"):
+    if config.max_queue_size is not None and config.max_queue_size < 1:
+        raise bad("max_queue_size", "must be at least 1 (or unset: bounded by max_queue_bytes only).")
+    for key in (
+        "memory_max_spans",
+        "max_export_batch_size",
+        "max_attribute_length",
+        "max_attribute_items",
+        "max_queue_bytes",
+        "session_hold_max_bytes",
+    ):
         if getattr(config, key) < 1:
             raise bad(key, "must be at least 1.")
-    if config.max_export_batch_size > config.max_queue_size:
+    if config.max_queue_size is not None and config.max_export_batch_size > config.max_queue_size:
         raise bad("max_export_batch_size", f"must not exceed max_queue_size ({config.max_queue_size}).")
+    if config.spill_max_bytes < 0:
+        raise bad("spill_max_bytes", "must not be negative (0 turns spilling off).")
+    if config.spill_dir == "":
+        raise bad("spill_dir", "must name a directory (or be unset: the default).")
+    for key in ("session_sample_rate", "session_keep_slowest", "session_keep_reward_extremes"):
+        if not 0 <= getattr(config, key) <= 1:
+            raise bad(key, "must be a fraction from 0 to 1.")
     if config.schedule_delay_ms < 0:
         raise bad("schedule_delay_ms", "must not be negative.")
     if config.schedule_delay_ms > MAX_WAIT_S * 1000:
         raise bad("schedule_delay_ms", f"must be at most {MAX_WAIT_S * 1000} (an hour).")
-    for key in ("reminder_interval_s", "shutdown_timeout_s"):
+    for key in ("reminder_interval_s", "shutdown_timeout_s", "spill_after_s", "spill_probe_s"):
         value = getattr(config, key)
         if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):
             raise bad(key, f"must be a positive, finite number of seconds, at most {MAX_WAIT_S} (an hour).")

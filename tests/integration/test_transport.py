@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -513,3 +514,43 @@ def test_otlp_is_much_faster_than_the_hub_with_zero_loss(rl_insight_hub: RlInsig
         f"{otlp.produced_s:.2f} s), speedup {speedup:.1f}x [all rounds, spans/s: {rounds}]"
     )
     assert speedup >= MIN_SPEEDUP, f"otlp only {speedup:.1f}x the hub ({otlp.rate:.0f} vs {hub.rate:.0f} spans/s)"
+
+
+# ------------------------------------------------------------------- bursts
+
+#: A step's sessions finishing together: spans ended by this many threads at once, at default settings.
+BURST_SPANS, BURST_THREADS = 20_000, 8
+
+
+def test_a_burst_of_20000_spans_from_8_threads_reaches_rl_insight_whole_at_defaults(
+    rl_insight_hub: RlInsightHub, run_tag: str
+) -> None:
+    """The byte-bounded queue (and the spill behind it) absorbs the burst: no span lost, none twice."""
+    with bridge_run(rl_insight_hub.server.url, "otlp") as run:
+        bridge = run.bridge
+        with bridge.span("warm-up"):  # discovery and init on the export thread, before the burst
+            pass
+        assert bridge.force_flush(30)
+        start = threading.Barrier(BURST_THREADS)
+        per_thread = BURST_SPANS // BURST_THREADS
+
+        def work(thread: int) -> None:
+            start.wait(30)
+            for i in range(per_thread):
+                with bridge.span("burst", n=thread * per_thread + i, tag=run_tag):
+                    pass
+
+        workers = [threading.Thread(target=work, args=(t,)) for t in range(BURST_THREADS)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        assert bridge.force_flush(120)
+        wait_until(lambda: bridge.status()["spill"]["backlog"] == 0, timeout_s=DELIVERY_TIMEOUT_S)
+        assert bridge.force_flush(120)
+        spans = wait_for_run(rl_insight_hub.receiver, run, BURST_SPANS + 1)
+        counters = bridge.status()["counters"]
+    assert balance(counters) == 0 and counters["dropped"] == 0, counters
+    assert counters["exported"] == {"rl_insight_otlp": BURST_SPANS + 1}, counters
+    assert len(by_span_id(spans)) == BURST_SPANS + 1  # every span once
+    assert Counter(s.attributes["n"] for s in spans if s.name == "burst") == Counter(range(BURST_SPANS))

@@ -6,12 +6,14 @@ import http.server
 import os
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge.export import spill
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 
 from .fake_rl_insight import hide_rl_insight
@@ -21,12 +23,13 @@ _ISOLATED_NAMES = ("RL_INSIGHT_SERVER_URL", "VERL_RL_INSIGHT_ENABLE")
 
 
 @pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """Every test starts from the same world, whatever the outer process has.
 
     * no ``VERL_OTEL_BRIDGE_*``, ``OTEL_*``, ``RL_INSIGHT_SERVER_URL``, ``VERL_RL_INSIGHT_ENABLE``;
     * ``rl_insight`` and ``ray`` unimportable (tests install fakes explicitly);
     * a fresh once-per-process ``rl_insight.init`` record;
+    * spill files in the test's own directory (``spill`` under ``tmp_path``), not the shared default;
     * an empty current-bridge slot, restored (and whatever the test left shut down) afterwards.
     """
     for name in list(os.environ):
@@ -34,6 +37,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             monkeypatch.delenv(name)
     hide_rl_insight(monkeypatch)
     monkeypatch.setattr(rl_insight_compat, "_INIT", rl_insight_compat._InitOnce())
+    monkeypatch.setattr(spill, "default_spill_dir", lambda: str(tmp_path / "spill"))
     previous = vob.set_bridge(None)
     yield
     leftover = vob.set_bridge(previous)

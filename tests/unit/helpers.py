@@ -102,6 +102,7 @@ class OtlpSink(http.server.ThreadingHTTPServer):
         close_after_reply: bool = False,
         hang: threading.Event | None = None,
         answers: Iterable[tuple[int, Mapping[str, str]]] = (),
+        port: int = 0,
     ):
         self.requests: list[dict[str, Any]] = []
         self.connections = 0
@@ -121,6 +122,7 @@ class OtlpSink(http.server.ThreadingHTTPServer):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if hang is not None:
                     hang.wait(10)
+                status, headers = receiver.answers.pop(0) if receiver.answers else (receiver.status, {})
                 receiver.requests.append(
                     {
                         "path": self.path,
@@ -128,9 +130,9 @@ class OtlpSink(http.server.ThreadingHTTPServer):
                         "body": body,
                         "size": len(body),
                         "time": time.monotonic(),
+                        "status": status,
                     }
                 )
-                status, headers = receiver.answers.pop(0) if receiver.answers else (receiver.status, {})
                 answer = b"" if status == 200 else b"backend says no"
                 self.send_response(status)
                 for name, value in headers.items():
@@ -150,13 +152,15 @@ class OtlpSink(http.server.ThreadingHTTPServer):
             def log_message(self, *args: Any) -> None:
                 pass
 
-        super().__init__(("127.0.0.1", 0), Handler)
+        super().__init__(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
 
-    def spans(self) -> list[ReceivedSpan]:
-        """Every span received so far, decoded, in arrival order."""
+    def spans(self, *, accepted_only: bool = False) -> list[ReceivedSpan]:
+        """Every span received so far (only in requests answered 200: ``accepted_only``), decoded, in arrival order."""
         received = []
         for request in self.requests:
+            if accepted_only and request["status"] != 200:
+                continue
             message = ExportTraceServiceRequest.FromString(request["body"])
             for resource_spans in message.resource_spans:
                 for scope_spans in resource_spans.scope_spans:

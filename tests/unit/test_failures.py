@@ -111,7 +111,9 @@ def test_slow_exporter_and_tiny_queue_drop_instead_of_blocking(
 ) -> None:
     fake = usable_rl_insight(monkeypatch)
     fake.hook = lambda call: gate.wait(1.0)  # one second per (one-span) batch until the gate opens
-    bridge = make_bridge(**RL_INSIGHT, max_queue_size=4, max_export_batch_size=1, schedule_delay_ms=0)
+    bridge = make_bridge(
+        **RL_INSIGHT, max_queue_size=4, max_export_batch_size=1, schedule_delay_ms=0, spill_max_bytes=0
+    )
 
     started = time.monotonic()
     for i in range(1000):

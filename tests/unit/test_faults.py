@@ -232,7 +232,9 @@ logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelnam
 path, limit = sys.argv[1], int(sys.argv[2])
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write(2) fails with EFBIG instead of a signal
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-bridge = vob.configure(exporter="jsonl", jsonl_path=path, max_export_batch_size=7, schedule_delay_ms=0, environ={})
+bridge = vob.configure(
+    exporter="jsonl", jsonl_path=path, max_export_batch_size=7, schedule_delay_ms=0, spill_max_bytes=0, environ={}
+)
 for batch in range(12):
     for i in range(7):
         with vob.span("s", batch=batch, i=i, payload="y" * 300):

@@ -221,6 +221,7 @@ def test_otel_bsp_variables_bound_the_bridge_export_queue(monkeypatch: pytest.Mo
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
     monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "0")
+    monkeypatch.setenv("VERL_OTEL_BRIDGE_SPILL_MAX_BYTES", "0")  # spilling off: past the bound, dropped
     entered, release = threading.Event(), threading.Event()
     batches: list[int] = []
     real_export = JsonlSpanExporter.export

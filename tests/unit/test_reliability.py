@@ -209,7 +209,7 @@ def test_slow_exporter_with_a_tiny_queue_drops_and_does_not_slow_the_caller(
     """
     fake = usable_rl_insight(monkeypatch)
     fake.hook = lambda call: gate.wait(0.02) if call["name"] == "slow" else None
-    settings = {**HUB, "max_queue_size": 8, "max_export_batch_size": 1, "schedule_delay_ms": 1}
+    settings = {**HUB, "max_queue_size": 8, "max_export_batch_size": 1, "schedule_delay_ms": 1, "spill_max_bytes": 0}
     bridges = {"healthy": make_bridge(**settings), "slow": make_bridge(**settings)}
 
     spans_per_round, rounds, warm_up = 2000, 3, 200

@@ -11,6 +11,8 @@ from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export.queue import QueueSettings
 from verl_otel_bridge.export.route import Route
+from verl_otel_bridge.export.sampling import SamplingSettings, SessionSampler
+from verl_otel_bridge.export.spill import Spill, SpillingSpanExporter, SpillSettings
 from verl_otel_bridge.exporters.base import exporter_report
 from verl_otel_bridge.exporters.counting import CountingSpanExporter
 from verl_otel_bridge.exporters.fanout import FanOutSpanExporter
@@ -33,6 +35,8 @@ class Pipeline:
         queue: export-queue bounds, or None to export inline (no-I/O exporters).
         route: where the config sends spans and why.
         destinations: each configured exporter by name, the primary first.
+        spill: the spill files, when spans are queued and spilling is on.
+        sampler: the session sampler, when ``session_sample_rate`` is below 1.
     """
 
     exporter: SpanExporter
@@ -41,6 +45,8 @@ class Pipeline:
     queue: QueueSettings | None
     route: Route
     destinations: dict[str, SpanExporter] = field(default_factory=dict)
+    spill: Spill | None = None
+    sampler: SessionSampler | None = None
 
     def report(self, counters: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Per destination: its role, ``endpoint``, ``last_error`` and the spans it accepted and refused."""
@@ -71,7 +77,12 @@ class Pipeline:
 def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
     """Build the exporter chain for ``config``; raises ``ValueError`` for unusable settings."""
     route = Route.of(config)
-    pipeline = _primary(route, config, counts)
+    settings = SpillSettings.of(config)
+    spill = Spill(settings, counts) if settings is not None and _queued(route) else None
+    pipeline = _primary(route, config, counts, spill)
+    pipeline.spill = spill
+    sampling = SamplingSettings.of(config)
+    pipeline.sampler = SessionSampler(sampling, counts) if sampling is not None else None
     others = route.copies
     if others:
         copies = {name: named_exporter(name, config) for name in others}
@@ -87,7 +98,12 @@ def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
     return pipeline
 
 
-def _primary(route: Route, config: BridgeConfig, counts: SpanCounts) -> Pipeline:
+def _queued(route: Route) -> bool:
+    """Whether spans of ``route`` go through the export queue (some exporter does I/O)."""
+    return route.wants_rl_insight or not INLINE.issuperset(route.names)
+
+
+def _primary(route: Route, config: BridgeConfig, counts: SpanCounts, spill: Spill | None) -> Pipeline:
     if route.wants_rl_insight:
         # Loaded only here, so a bridge that does not want RL-Insight never imports its modules.
         from verl_otel_bridge.rl_insight.exporter import RLInsightSpanExporter
@@ -98,9 +114,16 @@ def _primary(route: Route, config: BridgeConfig, counts: SpanCounts) -> Pipeline
             rl_insight, _memory(rl_insight.fallback), rl_insight, _queue(config), route, {"rl_insight": rl_insight}
         )
     local = named_exporter(route.local, config)
-    queue = None if route.local in INLINE else _queue(config)
-    exporter = CountingSpanExporter(local, counts, f"exported.{route.local}")
-    return Pipeline(exporter, _memory(local), None, queue, route, {route.local: local})
+    key = f"exported.{route.local}"
+    destinations: dict[str, SpanExporter] = {route.local: local}
+    if route.local in INLINE:
+        return Pipeline(CountingSpanExporter(local, counts, key), _memory(local), None, None, route, destinations)
+    counted = (
+        SpillingSpanExporter(local, counts, key, spill)
+        if spill is not None
+        else CountingSpanExporter(local, counts, key)
+    )
+    return Pipeline(counted, _memory(local), None, _queue(config), route, destinations)
 
 
 def _queue(config: BridgeConfig) -> QueueSettings:
@@ -108,6 +131,7 @@ def _queue(config: BridgeConfig) -> QueueSettings:
         max_size=config.max_queue_size,
         batch_size=config.max_export_batch_size,
         delay_s=config.schedule_delay_ms / 1000,
+        max_bytes=config.max_queue_bytes,
     )
 
 

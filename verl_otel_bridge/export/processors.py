@@ -13,6 +13,8 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.export.queue import ExportQueue, QueueSettings
+from verl_otel_bridge.export.sampling import SessionSampler
+from verl_otel_bridge.export.spill import FROM_QUEUE, Spill
 from verl_otel_bridge.identity import SessionIdentity, current_identity
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
@@ -81,15 +83,28 @@ class IdentitySpanProcessor(SpanProcessor):
 class ExportSpanProcessor(SpanProcessor):
     """Counts spans and hands ended ones to ``exporter``.
 
-    With a ``queue`` the export happens on the queue's worker thread (and a full
-    queue counts the span as dropped); without one it happens inline, which is
-    only right for exporters that do no I/O (memory, discard).
+    With a ``queue`` the export happens on the queue's worker thread (and a span
+    the full queue refuses goes to the ``spill``, or is counted dropped without
+    one); without one it happens inline, which is only right for exporters that
+    do no I/O (memory, discard). With a ``sampler``, session spans are held until
+    their session ends and passed on only if it is kept.
     """
 
-    def __init__(self, exporter: SpanExporter, counts: SpanCounts, queue: QueueSettings | None) -> None:
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        counts: SpanCounts,
+        queue: QueueSettings | None,
+        spill: Spill | None = None,
+        sampler: SessionSampler | None = None,
+    ) -> None:
         self.exporter = exporter
         self.counts = counts
         self.queue = ExportQueue(self.export_batch, queue, self._uncount_dropped) if queue is not None else None
+        self.spill = spill if self.queue is not None else None
+        if self.spill is not None:
+            self.spill.drains[FROM_QUEUE] = self.export_batch
+        self.sampler = sampler
         self._shut_down = False
         self._count_start = counts.incrementer("started")
         self._count_end = counts.incrementer("ended")
@@ -102,10 +117,23 @@ class ExportSpanProcessor(SpanProcessor):
         if self._shut_down:
             return
         self._count_end()
+        if self.sampler is None:
+            self._hand_over([span])
+        else:
+            self._hand_over(self.sampler.on_end(span))
+
+    def _hand_over(self, spans: list[ReadableSpan]) -> None:
         if self.queue is None:
-            self.export_batch([span])
-        elif not self.queue.put(span):
-            self.counts.add("dropped")
+            if spans:
+                self.export_batch(spans)
+            return
+        for span in spans:
+            if self.queue.put(span):
+                continue
+            if self.spill is not None:
+                self.spill.offer(span)
+            else:
+                self.counts.add("dropped")
 
     def _uncount_dropped(self, spans: int) -> None:
         # A batch counted as dropped at shutdown was exported (and counted) after all.
@@ -121,7 +149,11 @@ class ExportSpanProcessor(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         deadline = time.monotonic() + timeout_millis / 1000
+        if self.sampler is not None:
+            self._hand_over(self.sampler.release_all())
         flushed = self.queue.force_flush(timeout_millis / 1000) if self.queue is not None else True
+        if self.spill is not None:
+            flushed = self.spill.force_flush(_millis_left(deadline) / 1000) and flushed
         return flushed and within(deadline, lambda: self.exporter.force_flush(_millis_left(deadline)), "flush")
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
@@ -135,10 +167,14 @@ class ExportSpanProcessor(SpanProcessor):
         """
         if self._shut_down:
             return
+        if self.sampler is not None:
+            self._hand_over(self.sampler.release_all())
         self._shut_down = True
         deadline = time.monotonic() + timeout_s
         if self.queue is not None:
             self.counts.add("dropped", self.queue.shutdown(timeout_s))
+        if self.spill is not None:
+            self.spill.shutdown(_millis_left(deadline) / 1000)
 
         def finish() -> bool:
             # What the exporter still does in the background (RL-Insight's gauges) gets the time left.

@@ -1,10 +1,11 @@
 """A bounded queue between span-ending code and exporters, drained by one thread.
 
-The caller only appends to a deque under a short lock; all exporter work (I/O,
-Ray calls) happens on the worker thread, so the caller's cost does not depend on
-the backend's speed. When the queue is full the *new* span is refused and the
-caller counts it as dropped: the queue never blocks and never grows past
-``max_size``.
+The caller only estimates the span's size, adds it to a byte count under a lock held
+for that one addition, and appends to a deque; all exporter work (I/O, Ray calls)
+happens on the worker thread, so the caller's cost does not depend on the backend's
+speed. When the queue is full (``max_bytes``, or ``max_size`` spans when set) the
+*new* span is refused and the caller spills or drops it: the queue never blocks and
+never grows past its bounds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge.accounting import HotCounter
+from verl_otel_bridge.export.budget import ByteBudget, span_size, take_batch
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
@@ -31,14 +33,16 @@ class QueueSettings:
     """Bounds of an :class:`ExportQueue`.
 
     Attributes:
-        max_size: spans held at most.
+        max_size: spans held at most, or None: bounded by ``max_bytes`` only.
         batch_size: spans per export call at most.
         delay_s: longest a span waits before the worker wakes up.
+        max_bytes: estimated bytes held at most (:func:`~verl_otel_bridge.export.budget.span_size`).
     """
 
-    max_size: int
+    max_size: int | None
     batch_size: int
     delay_s: float
+    max_bytes: int
 
 
 class ExportQueue:
@@ -52,6 +56,7 @@ class ExportQueue:
         self._export = export
         self._on_late_batch = on_late_batch
         self._max_size = settings.max_size
+        self._max_bytes = settings.max_bytes
         self._batch_size = settings.batch_size
         self._delay_s = settings.delay_s
         self._start()
@@ -61,7 +66,8 @@ class ExportQueue:
         # Also the after-fork hook: the child starts empty, so spans the parent
         # had queued are exported once, by the parent.
         self._cond = threading.Condition(threading.Lock())
-        self._items: collections.deque[ReadableSpan] = collections.deque()
+        self._items: collections.deque[tuple[ReadableSpan, int]] = collections.deque()
+        self._budget = ByteBudget(self._max_bytes)
         self._enqueued = HotCounter()
         self._count_enqueued = self._enqueued.increment
         self._settled = 0
@@ -75,18 +81,24 @@ class ExportQueue:
     def put(self, span: ReadableSpan) -> bool:
         """Queue ``span``; False (nothing queued) when full or shut down.
 
-        Takes no lock: ``deque.append`` and the counter are atomic, and a race on
-        the length check can overfill the queue by at most one span per thread.
+        Only the byte count takes a lock: ``deque.append`` and the counter are
+        atomic, and a race on the length check can overfill ``max_size`` by at
+        most one span per thread.
         """
         items = self._items
-        if self._stopping or len(items) >= self._max_size:
+        if self._stopping or (self._max_size is not None and len(items) >= self._max_size):
             return False
-        items.append(span)
+        size = span_size(span)
+        if not self._budget.take(size):
+            return False
+        item = (span, size)
+        items.append(item)
         if self._stopping:  # shutdown began meanwhile: take the span back unless it was already taken
             try:
-                items.remove(span)
+                items.remove(item)
             except ValueError:
                 return True
+            self._budget.give(size)
             return False
         self._count_enqueued()
         if (len(items) >= self._batch_size or not self._delay_s) and not self._wake.is_set():
@@ -95,6 +107,11 @@ class ExportQueue:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    @property
+    def bytes(self) -> int:
+        """Estimated bytes of the spans queued now."""
+        return self._budget.used
 
     def force_flush(self, timeout_s: float) -> bool:
         """Wait until every span queued before the call was exported; False on timeout."""
@@ -121,6 +138,7 @@ class ExportQueue:
             # Also spans a lock-free put() appended after the worker's last look.
             self._abandoned_in_flight = self._in_flight if self._worker.is_alive() else 0
             abandoned = len(self._items) + self._abandoned_in_flight
+            self._budget.give(sum(size for _span, size in self._items))
             self._items.clear()
         if not self._worker.is_alive():
             return abandoned
@@ -141,9 +159,10 @@ class ExportQueue:
                     if not self._items:
                         stopping = self._stopping
                         break
-                    count = min(self._batch_size, len(self._items))
-                    batch = [self._items.popleft() for _ in range(count)]
-                    self._in_flight = count
+                    taken = take_batch(self._items, self._batch_size)
+                    self._in_flight = len(taken)
+                self._budget.give(sum(size for _span, size in taken))
+                batch = [span for span, _size in taken]
                 try:
                     self._export(batch)
                 except Exception:

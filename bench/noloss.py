@@ -1,0 +1,332 @@
+"""Bursts, spill and sampling: what the bridge delivers and what it costs the caller.
+
+Measured in one run, on one machine, against one loopback OTLP/HTTP receiver in this
+process (it decodes every request with ``opentelemetry-proto`` and counts span ids):
+
+* **sampling**: the caller's cost per span of agent-loop sessions (a task and eight
+  turns each) with ``session_sample_rate`` 0.5 vs 1 (exporter ``none``, so only the
+  bridge's own work is timed), rounds alternating; the ratio of the medians;
+* **bursts**: 20,000 and 100,000 spans ended by 8 threads at once at default settings,
+  ``exporter: otlp``: spans lost (made minus received once), duplicates, time until
+  the receiver holds all of them, and how many went through the spill;
+* **memory**: peak RSS growth of a subprocess making 200 spans with 200,000-element
+  token-id lists while the receiver is down, at the default bounds and at
+  ``max_queue_bytes`` 64 MiB;
+* **spill**: spans per second written to the spill while the receiver is down, and
+  drained once it is back;
+* **estimate**: the cost of :func:`~verl_otel_bridge.export.budget.span_size` per span.
+
+    python bench/noloss.py [--smoke] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge.export.budget import span_size
+
+
+class Receiver(http.server.ThreadingHTTPServer):
+    """Loopback OTLP/HTTP receiver counting span ids; answers 200, or refuses while ``down``."""
+
+    daemon_threads = True
+
+    def __init__(self, port: int = 0) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        self.ids: Counter[bytes] = Counter()
+        self.first: float | None = None
+        self.last = 0.0
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                message = ExportTraceServiceRequest.FromString(body)
+                ids = [s.span_id for rs in message.resource_spans for ss in rs.scope_spans for s in ss.spans]
+                with receiver._lock:
+                    receiver.ids.update(ids)
+                    receiver.last = time.monotonic()
+                    receiver.first = receiver.first or receiver.last
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", port), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)  # polling a bound condition, not timing anything
+    return condition()
+
+
+def _bridge(**settings: Any) -> Bridge:
+    return Bridge(BridgeConfig.resolve(environ={}, **settings))
+
+
+def _threads(count: int, work: Callable[[int], None]) -> None:
+    start = threading.Barrier(count)
+
+    def run(thread: int) -> None:
+        start.wait(60)
+        work(thread)
+
+    workers = [threading.Thread(target=run, args=(t,)) for t in range(count)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(600)
+
+
+# -- sampling: caller cost ----------------------------------------------------------
+
+
+def _session_cost_ns(bridge: Bridge, sessions: int, offset: int) -> float:
+    started = time.perf_counter_ns()
+    for number in range(sessions):
+        uid = f"prompt-{(offset + number) // 4}"
+        with bridge.session(sample=str(offset + number), session="0", uid=uid, global_steps=1) as session:
+            with session.task("solve") as task:
+                for turn in range(8):
+                    with session.turn(turn):
+                        pass
+                task.set_result(reward=1.0)
+            session.finish(status="success")
+    return (time.perf_counter_ns() - started) / (sessions * 10)  # session + task + 8 turns
+
+
+def sampling_cost(rounds: int, sessions: int) -> dict[str, Any]:
+    off = _bridge(exporter="none")
+    on = _bridge(exporter="none", session_sample_rate=0.5, session_keep_slowest=0.05, session_keep_reward_extremes=0.05)
+    _session_cost_ns(off, sessions, 0)
+    _session_cost_ns(on, sessions, 0)
+    costs: dict[str, list[float]] = {"off": [], "on": []}
+    for round_number in range(rounds):
+        offset = (round_number + 1) * sessions
+        for key, bridge in (("off", off), ("on", on)) if round_number % 2 else (("on", on), ("off", off)):
+            costs[key].append(_session_cost_ns(bridge, sessions, offset))
+    counters = on.status()["counters"]
+    off.shutdown(timeout_s=5)
+    on.shutdown(timeout_s=5)
+    median_off, median_on = statistics.median(costs["off"]), statistics.median(costs["on"])
+    return {
+        "us_per_span_off": round(median_off / 1000, 2),
+        "us_per_span_on": round(median_on / 1000, 2),
+        "ratio_on_over_off": round(median_on / median_off, 3),
+        "kept_fraction": round(1 - counters["sampled_out"] / max(1, counters["ended"]), 3),
+    }
+
+
+# -- bursts ---------------------------------------------------------------------------
+
+
+def burst(spans: int, threads: int = 8) -> dict[str, Any]:
+    receiver = Receiver()
+    bridge = _bridge(exporter="otlp", otlp_endpoint=receiver.url)
+    per_thread = spans // threads
+    made = per_thread * threads
+
+    def work(thread: int) -> None:
+        for i in range(per_thread):
+            with bridge.span("burst", n=thread * per_thread + i):
+                pass
+
+    started = time.monotonic()
+    _threads(threads, work)
+    produced = time.monotonic() - started
+    _wait(lambda: sum(receiver.ids.values()) >= made, timeout_s=300)
+    delivered = receiver.last - started
+    bridge.force_flush(60)
+    counters = bridge.status()["counters"]
+    bridge.shutdown(timeout_s=10)
+    receiver.stop()
+    once = len(receiver.ids)
+    return {
+        "spans": made,
+        "lost": made - once,
+        "duplicates": sum(receiver.ids.values()) - once,
+        "caller_s": round(produced, 2),
+        "delivered_s": round(delivered, 2),
+        "spilled_on_the_way": counters.get("spill_written", 0),
+        "dropped": counters["dropped"],
+    }
+
+
+# -- memory ------------------------------------------------------------------------------
+
+RSS_PROBE = """
+import json, resource, sys
+import verl_otel_bridge as vob
+
+settings = json.loads(sys.argv[1])
+bridge = vob.configure(exporter="otlp", spill_after_s=0.1, spill_probe_s=600, environ={}, **settings)
+def rss():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+with vob.span("warm", ids=list(range(1_000, 201_000))):
+    pass
+before = rss()
+for i in range(int(sys.argv[2])):
+    with vob.span("sample", ids=list(range(1_000 + i, 201_000 + i))):  # fresh int objects, as token ids are
+        pass
+bridge.force_flush(60)
+print(json.dumps({"growth": rss() - before, "counters": bridge.status()["counters"]}))
+bridge.shutdown(timeout_s=5)
+"""
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def memory(spans: int, spill_dir: str) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    endpoint = f"http://127.0.0.1:{_closed_port()}/v1/traces"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_BRIDGE_"))}
+    env["OTEL_EXPORTER_OTLP_TIMEOUT"] = "2"
+    for label, extra in (("default bounds", {}), ("max_queue_bytes 64 MiB", {"max_queue_bytes": 64 * 2**20})):
+        settings = {"otlp_endpoint": endpoint, "spill_dir": os.path.join(spill_dir, label.replace(" ", "_")), **extra}
+        done = subprocess.run(
+            [sys.executable, "-c", RSS_PROBE, json.dumps(settings), str(spans)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+            check=False,
+        )
+        if done.returncode != 0:
+            results[label] = {"error": done.stderr[-1500:]}
+            continue
+        measured = json.loads(done.stdout.strip().splitlines()[-1])
+        counters = measured["counters"]
+        results[label] = {
+            "peak_rss_growth_mib": round(measured["growth"] / 2**20, 1),
+            "spilled": counters["spilled"],
+            "dropped": counters["dropped"],
+            "converted": counters["converted"],
+        }
+    return results
+
+
+# -- spill write and drain rates -------------------------------------------------------------
+
+
+def spill_rates(spans: int, spill_dir: str) -> dict[str, Any]:
+    """Write rate: the caller's spans until all are in the spill; drain rate: first to last drained arrival."""
+    os.environ["OTEL_EXPORTER_OTLP_TIMEOUT"] = "1"  # a probe of the down receiver gives up after a second
+    port = _closed_port()
+    bridge = _bridge(
+        exporter="otlp",
+        otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces",
+        spill_dir=spill_dir,
+        spill_after_s=0.05,
+        spill_probe_s=0.2,
+        schedule_delay_ms=10,
+    )
+    # While down: the first batches wait out the sender; after spill_after_s, batches go straight to the spill.
+    with bridge.span("down"):
+        pass
+    _wait(lambda: bridge.status()["counters"].get("spill_written", 0) == 1, timeout_s=60)
+    started = time.monotonic()
+    for n in range(spans):
+        with bridge.span("spilled", n=n, payload="x" * 200):
+            pass
+    _wait(lambda: bridge.status()["counters"].get("spill_written", 0) >= spans + 1, timeout_s=300)
+    write_s = time.monotonic() - started
+    spill = bridge.status()["spill"]
+    receiver = Receiver(port)
+    _wait(lambda: sum(receiver.ids.values()) >= spans + 1, timeout_s=300)
+    drain_s = receiver.last - (receiver.first or receiver.last)
+    del os.environ["OTEL_EXPORTER_OTLP_TIMEOUT"]
+    bridge.force_flush(30)
+    counters = bridge.status()["counters"]
+    bridge.shutdown(timeout_s=10)
+    receiver.stop()
+    once = len(receiver.ids)
+    return {
+        "spans": spans,
+        "spill_mib": round(spill["bytes"] / 2**20, 1),
+        "write_spans_per_s": round(spans / write_s),
+        "drain_spans_per_s": round(spans / drain_s) if drain_s else None,
+        "lost": spans + 1 - once,
+        "duplicates": sum(receiver.ids.values()) - once,
+        "dropped": counters["dropped"],
+    }
+
+
+def estimate_cost(count: int) -> dict[str, Any]:
+    bridge = _bridge(exporter="memory", memory_max_spans=count)
+    with bridge.session(sample="0", session="0", uid="u", global_steps=1):
+        for i in range(count):
+            with bridge.span("tool", i=i, name_of="search", tokens=[1, 2, 3, 4], ok=True):
+                pass
+    spans = bridge.memory_exporter.get_finished_spans() if bridge.memory_exporter else ()
+    started = time.perf_counter_ns()
+    for span in spans:
+        span_size(span)
+    cost = (time.perf_counter_ns() - started) / max(1, len(spans))
+    attributes = len(spans[0].attributes or {}) if spans else 0
+    bridge.shutdown(timeout_s=5)
+    return {"us_per_span": round(cost / 1000, 2), "attributes_per_span": attributes}
+
+
+def run(smoke: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="vob-noloss-") as tmp:
+        return {
+            "sampling": sampling_cost(rounds=3 if smoke else 9, sessions=50 if smoke else 400),
+            "bursts": [burst(n) for n in ((2_000,) if smoke else (20_000, 100_000))],
+            "memory": memory(20 if smoke else 200, tmp),
+            "spill": spill_rates(2_000 if smoke else 50_000, os.path.join(tmp, "rates")),
+            "estimate": estimate_cost(1_000 if smoke else 20_000),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny counts, a few seconds")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    results = run(args.smoke)
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
