@@ -17,6 +17,11 @@ import stack
 from stack import OtlpReceiver, ReceivedSpan, RlInsightHub
 
 from verl_otel_bridge import current
+from verl_otel_bridge.protocol import GENERIC_IDENTITY_KEYS
+
+#: OTLP destinations get the generic vocabulary, where an identity key may be renamed
+#: (``session`` -> ``session.index``): read back under the native names.
+NATIVE_KEYS = {generic: native for native, generic in GENERIC_IDENTITY_KEYS.items()}
 
 
 def as_record(span: ReceivedSpan) -> dict[str, Any]:
@@ -25,7 +30,7 @@ def as_record(span: ReceivedSpan) -> dict[str, Any]:
         "trace_id": span.trace_id,
         "span_id": span.span_id,
         "parent_span_id": span.parent_span_id,
-        "attributes": span.attributes,
+        "attributes": {NATIVE_KEYS.get(key, key): value for key, value in span.attributes.items()},
     }
 
 
