@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -211,10 +212,16 @@ def send_agent_loop(endpoint: str, experiment: str, headers: str = "") -> tuple[
     """Run the simulated loop through ``exporter: otlp`` to ``endpoint``; what was sent, and ``status()``."""
     saved = os.environ.get("OTEL_EXPORTER_OTLP_HEADERS")
     os.environ["OTEL_EXPORTER_OTLP_HEADERS"] = headers
+    spill = tempfile.TemporaryDirectory(prefix="verl-otel-bridge-spill-")  # what a refusing backend leaves
     try:
         bridge = vob.Bridge(
             vob.BridgeConfig.resolve(
-                exporter="otlp", otlp_endpoint=endpoint, project=experiment, schedule_delay_ms=50, environ={}
+                exporter="otlp",
+                otlp_endpoint=endpoint,
+                project=experiment,
+                schedule_delay_ms=50,
+                spill_dir=spill.name,
+                environ={},
             )
         )
     finally:
@@ -230,6 +237,7 @@ def send_agent_loop(endpoint: str, experiment: str, headers: str = "") -> tuple[
     finally:
         vob.set_bridge(previous)
         bridge.shutdown()
+        spill.cleanup()
 
 
 def doctor(monkeypatch: pytest.MonkeyPatch, endpoint: str, headers: str) -> tuple[int, dict[str, Any], str]:

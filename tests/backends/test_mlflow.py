@@ -139,7 +139,8 @@ def test_status_shows_mlflows_refusal(mlflow_server: Mlflow, headers: str, refus
     otlp = status["exporters"]["otlp"]
     assert otlp["endpoint"] == mlflow_server.traces_endpoint and status["otlp_endpoint"] == otlp["endpoint"]
     assert f"{otlp['endpoint']} answered 4" in otlp["last_error"] and refusal in otlp["last_error"], otlp
-    assert (otlp["exported"], otlp["failed"]) == (0, sent.spans)
+    # Refused batches are kept in the spill, to be sent again once the endpoint takes them.
+    assert (otlp["exported"], otlp["failed"], otlp["spilled"]) == (0, 0, sent.spans)
 
 
 def test_screenshot_of_the_traces_view(mlflow_server: Mlflow, received: Any, tmp_path: Path) -> None:

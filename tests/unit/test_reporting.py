@@ -76,8 +76,15 @@ def test_status_names_each_exporters_endpoint_last_error_and_counts(
     refused = f"POST {sink.url} answered 422 Unprocessable Entity: 'backend says no' (not retried)"
     assert (status["otlp_endpoint"], status["otlp_error"]) == (sink.url, refused)
     assert status["exporters"] == {
-        "otlp": {"role": "primary", "endpoint": sink.url, "last_error": refused, "exported": 0, "failed": 1},
-        "memory": {"role": "copy", "endpoint": None, "last_error": None, "exported": 1, "failed": 0},
+        "otlp": {
+            "role": "primary",
+            "endpoint": sink.url,
+            "last_error": refused,
+            "exported": 0,
+            "failed": 1,
+            "spilled": 0,
+        },
+        "memory": {"role": "copy", "endpoint": None, "last_error": None, "exported": 1, "failed": 0, "spilled": 0},
     }
     sink.status = 200
     with bridge.session(sample=0, session=1):
@@ -89,4 +96,5 @@ def test_status_names_each_exporters_endpoint_last_error_and_counts(
         "last_error": None,
         "exported": 1,
         "failed": 1,
+        "spilled": 0,
     }

@@ -49,7 +49,8 @@ class Pipeline:
     sampler: SessionSampler | None = None
 
     def report(self, counters: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """Per destination: its role, ``endpoint``, ``last_error`` and the spans it accepted and refused."""
+        """Per destination: its role, ``endpoint``, ``last_error``, the spans it accepted and refused,
+        and those spilled to be sent again (only the primary spills)."""
         report: dict[str, dict[str, Any]] = {}
         for index, (name, exporter) in enumerate(self.destinations.items()):
             if index == 0:
@@ -58,12 +59,14 @@ class Pipeline:
                     "role": "primary",
                     "exported": sum(exported.values()) if exporter is self.rl_insight else exported.get(name, 0),
                     "failed": counters["failed"],
+                    "spilled": counters["spilled"],
                 }
             else:
                 entry = {
                     "role": "copy",
                     "exported": counters.get(f"copies.{name}", 0),
                     "failed": counters.get(f"copies_failed.{name}", 0),
+                    "spilled": 0,
                 }
             if self.rl_insight is not None and exporter is self.rl_insight:
                 status = self.rl_insight.status()
