@@ -113,8 +113,12 @@ def browser(session: nox.Session) -> None:
     """
     problem = _ensure_chromium(session)
     install_once(session, "-e", f"{ROOT}[test]")
-    env = {"VERL_OTEL_BRIDGE_CHROMIUM_UNAVAILABLE": problem} if problem else {}
-    session.run("python", "-m", "pytest", "tests/browser", *session.posargs, env=env)
+    session.run("python", "-m", "pytest", "tests/browser", *session.posargs, env=_chromium_env(problem))
+
+
+def _chromium_env(problem: str | None) -> dict[str, str]:
+    """What tells the tests why chromium is missing (they skip with that reason), or nothing."""
+    return {"VERL_OTEL_CHROMIUM_UNAVAILABLE": problem} if problem else {}
 
 
 def _ensure_chromium(session: nox.Session) -> str | None:
@@ -177,7 +181,7 @@ def backends(session: nox.Session, backend: str) -> None:
     # OpenTelemetry than Phoenix's opentelemetry-exporter-otlp 1.45.2, and pip backtracks for minutes.
     install_once(session, "-e", f"{ROOT}[cli,otlp]", "pytest>=8", "pytest-timeout>=2.3", "psutil", BACKENDS[backend])
     problem = _ensure_chromium(session)  # for the screenshots docs/backends.md shows
-    env = {**LOOPBACK_ENV, **({"VERL_OTEL_BRIDGE_CHROMIUM_UNAVAILABLE": problem} if problem else {})}
+    env = {**LOOPBACK_ENV, **_chromium_env(problem)}
     # Phoenix's OTLP gRPC listener binds [::] whatever PHOENIX_HOST says: pytest and every
     # server it starts run in a new network namespace whose only interface is loopback.
     session.run(

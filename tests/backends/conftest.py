@@ -256,7 +256,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENSHOT_DIR_ENV = "SCREENSHOT_DIR"
 SCREENSHOT_S = 120.0
 #: Why ``nox -s backends`` could not install chromium (see ``_ensure_chromium`` in noxfile.py).
-CHROMIUM_UNAVAILABLE_ENV = "VERL_OTEL_BRIDGE_CHROMIUM_UNAVAILABLE"
+CHROMIUM_UNAVAILABLE_ENV = "VERL_OTEL_CHROMIUM_UNAVAILABLE"
 
 
 def screenshot(url: str, name: str, tmp_path: Path) -> Path:

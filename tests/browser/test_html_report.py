@@ -22,7 +22,7 @@ from verl_otel_bridge.report import build_report
 from verl_otel_bridge.report.html import render_html
 
 #: Set by ``nox -s browser`` when chromium could not be installed, saying why.
-UNAVAILABLE_ENV = "VERL_OTEL_BRIDGE_CHROMIUM_UNAVAILABLE"
+UNAVAILABLE_ENV = "VERL_OTEL_CHROMIUM_UNAVAILABLE"
 FLAGS = (
     "--headless",
     "--no-sandbox",
