@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -29,7 +28,9 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # stack: free_port, wait_until
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # chromium
 
+import chromium
 import simulated
 import stack
 from stack import LOOPBACK, free_port, wait_until
@@ -251,34 +252,19 @@ def doctor(monkeypatch: pytest.MonkeyPatch, endpoint: str, headers: str) -> tupl
     return as_json.exit_code, json.loads(as_json.stdout), text.output
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: ``SCREENSHOT_DIR=docs/img nox -s backends`` refreshes the screenshots in docs/backends.md.
 SCREENSHOT_DIR_ENV = "SCREENSHOT_DIR"
 SCREENSHOT_S = 120.0
-#: Why ``nox -s backends`` could not install chromium (see ``_ensure_chromium`` in noxfile.py).
-CHROMIUM_UNAVAILABLE_ENV = "VERL_OTEL_CHROMIUM_UNAVAILABLE"
 
 
 def screenshot(url: str, name: str, tmp_path: Path) -> Path:
     """A PNG of ``url`` taken by headless Chromium (into ``$SCREENSHOT_DIR`` if set); skips without Chromium."""
-    if CHROMIUM is None:
-        pytest.skip(
-            os.environ.get(CHROMIUM_UNAVAILABLE_ENV) or "no chromium for the screenshot: apt-get install chromium"
-        )
+    browser = chromium.command(tmp_path / f"chromium-{name}")
     assert url.startswith(f"http://{LOOPBACK}:"), url
     target = Path(os.environ.get(SCREENSHOT_DIR_ENV) or tmp_path) / f"{name}.png"
     target.parent.mkdir(parents=True, exist_ok=True)
     command = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / f'chromium-{name}'}",
+        *browser,
         "--window-size=1440,900",
         "--virtual-time-budget=20000",  # let the single-page app fetch and render its data
         f"--screenshot={target}",

@@ -7,12 +7,11 @@ tests skip, saying why, only where it could not be installed.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
+import chromium
 import pytest
 
 import verl_otel_bridge as vob
@@ -21,33 +20,11 @@ from verl_otel_bridge.cli import demo
 from verl_otel_bridge.report import build_report
 from verl_otel_bridge.report.html import render_html
 
-#: Set by ``nox -s browser`` when chromium could not be installed, saying why.
-UNAVAILABLE_ENV = "VERL_OTEL_CHROMIUM_UNAVAILABLE"
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--enable-logging=stderr",
-    "--v=0",
-)
-
-
-def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        pytest.skip(os.environ.get(UNAVAILABLE_ENV) or "chromium is not installed; `nox -s browser` installs it")
-    return found
-
 
 def render(page: Path, profile: Path) -> tuple[str, list[str]]:
     """The DOM after the page's scripts ran, and every console message (uncaught errors among them)."""
     done = subprocess.run(
-        [_chromium(), *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        [*chromium.command(profile), "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
         capture_output=True,
         text=True,
         timeout=120,
