@@ -1,0 +1,108 @@
+"""Directories and files only the current user can read or change, never reached through a link.
+
+A directory the bridge writes into must be the user's own: created ``0700`` when
+missing, and when it exists, a real directory (not a symbolic link) owned by the
+effective user with no group or other permission bits. Any other existing
+directory is refused (:class:`UnsafePathError`), never used or changed: another
+user who made it first could read what is written there, or plant links and files
+in it. Inside such a directory no other user can add, rename or remove entries,
+so files checked here stay what they were.
+
+Files are created ``0600`` with ``O_EXCL | O_NOFOLLOW`` (an existing name, or a
+link, fails instead of being followed) and opened for reading with
+``O_NOFOLLOW``, then checked to be regular files the user owns. Every descriptor
+is close-on-exec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+
+#: Permission bits of a private directory and of a private file.
+DIRECTORY_MODE = 0o700
+FILE_MODE = 0o600
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class UnsafePathError(OSError):
+    """A path the bridge will not use: a link, not the user's, or open to other users (the message says which)."""
+
+
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """``path`` (``~`` expanded) as a directory private to the current user, created ``0700`` if missing.
+
+    Missing parents are created ``0700`` too; existing parents are used as they are.
+
+    Raises:
+        UnsafePathError: ``path`` exists and is a link, not a directory, owned by
+            another user, or has group or other permission bits.
+        OSError: it cannot be created.
+    """
+    directory = Path(path).expanduser()
+    if not directory.parent.exists():
+        os.makedirs(directory.parent, DIRECTORY_MODE, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, DIRECTORY_MODE)
+    check_private_dir(directory)
+    return directory
+
+
+def check_private_dir(directory: Path) -> None:
+    """Raise :class:`UnsafePathError` unless ``directory`` is a real directory of the user's own, at most ``0700``."""
+    info = os.lstat(directory)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePathError(f"{directory} is a symbolic link, not a directory")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafePathError(f"{directory} is not a directory")
+    _check_owner_and_mode(directory, info, "directory", DIRECTORY_MODE)
+
+
+def open_private_new(path: str | os.PathLike[str], flags: int = os.O_WRONLY | os.O_APPEND) -> int:
+    """Create ``path`` as a new ``0600`` file and return its descriptor (opened with ``flags``).
+
+    Raises:
+        FileExistsError: the name exists (a file or a link: neither is followed).
+        OSError: it cannot be created.
+    """
+    return os.open(path, flags | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, FILE_MODE)
+
+
+def open_private_read(path: str | os.PathLike[str]) -> int:
+    """Open the existing ``path`` for reading; only a regular file of the user's own with no group or other bits.
+
+    Raises:
+        UnsafePathError: a link (not followed), not a regular file, another user's, or open to others.
+        OSError: it cannot be opened (e.g. ``FileNotFoundError``).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        if os.path.islink(path):
+            raise UnsafePathError(f"{path} is a symbolic link") from exc
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafePathError(f"{path} is not a regular file")
+        _check_owner_and_mode(Path(path), info, "file", FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_owner_and_mode(path: Path, info: os.stat_result, what: str, allowed: int) -> None:
+    user = os.geteuid()
+    if info.st_uid != user:
+        raise UnsafePathError(f"{path}: the {what} belongs to uid {info.st_uid}, not to this user (uid {user})")
+    extra = stat.S_IMODE(info.st_mode) & ~allowed
+    if extra:
+        raise UnsafePathError(
+            f"{path}: the {what} has mode {stat.S_IMODE(info.st_mode):04o}, open to other users "
+            f"(allowed: {allowed:04o}; fix with chmod {allowed:o} {path})"
+        )
