@@ -13,7 +13,7 @@ Quick start::
 
 from verl_otel_bridge._version import __version__
 from verl_otel_bridge.bridge import Bridge
-from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.config import BridgeConfig, ConfigError
 from verl_otel_bridge.current import (
     configure,
     force_flush,
@@ -37,6 +37,7 @@ from verl_otel_bridge.session import Session
 __all__ = [
     "Bridge",
     "BridgeConfig",
+    "ConfigError",
     "Session",
     "SessionIdentity",
     "__version__",

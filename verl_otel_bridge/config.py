@@ -1,5 +1,11 @@
 """Bridge configuration: one frozen object, resolved once, validated early.
 
+Each setting is declared once, as a field of :class:`BridgeConfig` whose
+:class:`Setting` (``dataclasses.fields(BridgeConfig)[i].metadata["setting"]``,
+or :func:`settings`) holds its kind, its check, the environment variables it
+reads and one line of doc; conversion, validation and the environment are
+handled from that declaration alone.
+
 Precedence, highest first: keyword overrides, the mapping passed to
 ``configure()``, environment variables, defaults. Every key can be set from the
 environment as ``VERL_OTEL_BRIDGE_<KEY>``; a few keys also read the variables
@@ -7,8 +13,9 @@ their ecosystem already uses (verl's ``VERL_RL_INSIGHT_ENABLE``, RL-Insight's
 ``RL_INSIGHT_SERVER_URL``, OpenTelemetry's ``OTEL_*``). The prefixed variable
 wins over those aliases.
 
-Mistakes raise :class:`ValueError` naming the key, the value and the fix, so a
-training job fails at start-up instead of running unobserved.
+Mistakes raise :class:`ConfigError` (a :class:`ValueError`) naming the key, the
+value and the fix, so a training job fails at start-up instead of running
+unobserved.
 """
 
 from __future__ import annotations
@@ -19,9 +26,10 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 from packaging.version import InvalidVersion, Version
@@ -29,6 +37,10 @@ from packaging.version import InvalidVersion, Version
 from verl_otel_bridge.secrets import masked
 
 ENV_PREFIX = "VERL_OTEL_BRIDGE_"
+#: verl's switch for RL-Insight: it sets ``1`` when ``trainer.logger`` lists ``rl_insight``.
+RL_INSIGHT_ENABLE_ENV = "VERL_RL_INSIGHT_ENABLE"
+#: RL-Insight's own variable for its server.
+RL_INSIGHT_SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
 
 #: Where spans can go. ``auto`` means RL-Insight when usable, else ``fallback``.
 EXPORTERS = ("auto", "rl_insight", "otlp", "console", "memory", "jsonl", "none")
@@ -45,142 +57,360 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
 
+class ConfigError(ValueError):
+    """A setting that cannot be used; ``key`` is the configuration key it is about (None: no key, e.g. unknown)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def default_spill_dir() -> str:
     """Where spill files go unless ``spill_dir`` says otherwise: ``<tmp>/verl_otel_bridge_spill``."""
     return os.path.join(tempfile.gettempdir(), "verl_otel_bridge_spill")
 
 
-def _env_aliases() -> dict[str, tuple[str, ...]]:
-    return {
-        "enabled": ("OTEL_SDK_DISABLED",),
-        "service_name": ("OTEL_SERVICE_NAME",),
-        "rl_insight_enable": ("VERL_RL_INSIGHT_ENABLE",),
-        "rl_insight_server_url": ("RL_INSIGHT_SERVER_URL",),
-        "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE",),
-        "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE",),
-        "schedule_delay_ms": ("OTEL_BSP_SCHEDULE_DELAY",),
-    }
+# -- kinds: how a value from a mapping or the environment becomes the key's type ------------
 
 
-# Variables whose meaning is the inverse of the key they feed.
-_INVERTED_ALIASES = frozenset({"OTEL_SDK_DISABLED"})
+@dataclass(frozen=True)
+class Kind:
+    """A setting's type: ``convert`` raises TypeError or ValueError on a value it cannot take."""
+
+    expected: str
+    convert: Callable[[Any], Any]
+    #: False where text that does not parse may hold credentials in any shape (never echoed).
+    echoes_text: bool = True
+
+
+def parse_bool(value: Any) -> bool:
+    """The one rule for on/off values: ``True``/``1``/``true``/``yes``/``on`` and their opposites (any case).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+    raise ValueError
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise TypeError
+    return int(value)
+
+
+def _to_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError
+    return float(value)
+
+
+def _to_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError
+    return value.strip()
+
+
+def _to_str_tuple(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise TypeError
+
+
+def _to_mapping(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = json.loads(value)
+    if not isinstance(value, Mapping):
+        raise TypeError
+    return {str(k): (_to_mapping(v) if isinstance(v, Mapping) else v) for k, v in value.items()}
+
+
+def _to_exporter(value: Any) -> str | tuple[str, ...]:
+    if isinstance(value, (set, frozenset)):
+        raise TypeError  # unordered: which one is the primary?
+    names = _to_str_tuple(value)
+    if not names:
+        raise ValueError
+    return names[0] if len(names) == 1 else names
+
+
+def _or_none(convert: Callable[[Any], Any], *, blank: bool = False) -> Callable[[Any], Any]:
+    """``convert``, with None (and, if ``blank``, blank text) meaning unset."""
+
+    def optional(value: Any) -> Any:
+        if value is None or (blank and isinstance(value, str) and not value.strip()):
+            return None
+        return convert(value)
+
+    return optional
+
+
+BOOL = Kind("true or false", parse_bool)
+OPTIONAL_BOOL = Kind("true, false or unset", _or_none(parse_bool))
+INT = Kind("an integer", _to_int)
+OPTIONAL_INT = Kind("an integer or unset", _or_none(_to_int, blank=True))
+FLOAT = Kind("a number", _to_float)
+STR = Kind("a string", _to_str)
+OPTIONAL_STR = Kind("a string", _or_none(str))
+STR_TUPLE = Kind("a list of strings (comma-separated in the environment)", _to_str_tuple)
+MAPPING = Kind("a mapping (or a JSON object in the environment)", _to_mapping, echoes_text=False)
+EXPORTER = Kind(f"one of {', '.join(EXPORTERS)}, or an ordered list of them (the first is the primary)", _to_exporter)
+
+
+# -- checks: what a converted value must be (None: fine, else why not) ----------------------
+
+Check = Callable[[Any], str | None]
+
+
+def _one_of(choices: tuple[str, ...]) -> Check:
+    return lambda value: None if value in choices else f"is not one of: {', '.join(choices)}."
+
+
+def _at_least_1(value: int) -> str | None:
+    return None if value >= 1 else "must be at least 1."
+
+
+def _fraction(value: float) -> str | None:
+    return None if 0 <= value <= 1 else "must be a fraction from 0 to 1."
+
+
+def _wait_s(value: float) -> str | None:
+    if math.isfinite(value) and 0 < value <= MAX_WAIT_S:
+        return None
+    return f"must be a positive, finite number of seconds, at most {MAX_WAIT_S} (an hour)."
+
+
+def _exporter_names(value: str | tuple[str, ...]) -> str | None:
+    names = (value,) if isinstance(value, str) else value
+    for name in names:
+        if name not in EXPORTERS:
+            return f"names {name!r}, which is not one of: {', '.join(EXPORTERS)}."
+    if len(set(names)) != len(names):
+        return "lists an exporter twice."
+    if len(names) > 1 and ("none" in names or any(n in ("auto", "rl_insight") for n in names[1:])):
+        return "can list 'auto' or 'rl_insight' only first, and 'none' only alone."
+    return None
+
+
+def _queue_size(value: int | None) -> str | None:
+    if value is None or value >= 1:
+        return None
+    return "must be at least 1 (or unset: bounded by max_queue_bytes only)."
+
+
+def _schedule_delay(value: int) -> str | None:
+    if value < 0:
+        return "must not be negative."
+    return None if value <= MAX_WAIT_S * 1000 else f"must be at most {MAX_WAIT_S * 1000} (an hour)."
+
+
+def _version(value: str) -> str | None:
+    try:
+        Version(value)
+    except InvalidVersion:
+        return "is not a version such as '0.3.0'."
+    return None
+
+
+# -- declaration ---------------------------------------------------------------------------
+
+
+class Alias(NamedTuple):
+    """An environment variable besides ``VERL_OTEL_BRIDGE_<KEY>`` that sets a key.
+
+    ``inverted``: a true value means the key is false. ``extract``: the key's raw
+    value within the variable's text (None: the variable does not set it).
+    """
+
+    name: str
+    inverted: bool = False
+    extract: Callable[[str], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration key's declaration: its kind, its check, its aliases and one line of doc."""
+
+    kind: Kind
+    doc: str
+    aliases: tuple[Alias, ...] = ()
+    check: Check | None = None
+
+
+def _resource_service_name(text: str) -> str | None:
+    """``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES`` text (``key=value,...``, percent-encoded), if set."""
+    found = None
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip() == "service.name" and value.strip():
+            found = unquote(value.strip())
+    return found
+
+
+def _setting(
+    default: Any,
+    kind: Kind,
+    doc: str,
+    *,
+    env: tuple[str | Alias, ...] = (),
+    check: Check | None = None,
+    hash: bool = True,
+) -> Any:
+    aliases = tuple(alias if isinstance(alias, Alias) else Alias(alias) for alias in env)
+    return field(default=default, hash=hash, metadata={"setting": Setting(kind, doc, aliases, check)})
 
 
 @dataclass(frozen=True)
 class BridgeConfig:
     """Everything the bridge can be told. Build it with :meth:`resolve`.
 
-    Attributes:
-        enabled: ``False`` turns every span API into a cheap no-op (also set by
-            ``OTEL_SDK_DISABLED=true``).
-        exporter: ``auto`` (RL-Insight when usable, else ``fallback``),
-            ``rl_insight``, ``otlp`` (any OTLP/HTTP collector, configured by the
-            ``OTEL_EXPORTER_OTLP_*`` variables or ``otlp_endpoint``), ``console``,
-            ``memory``, ``jsonl`` or ``none``; or a list (comma-separated in the
-            environment): the first is the primary destination, the others get
-            copies (``auto``/``rl_insight`` can only be first).
-        fallback: where spans go when RL-Insight is wanted but unusable:
-            ``memory``, ``console``, ``jsonl`` or ``none``.
-        jsonl_path: file the ``jsonl`` exporter appends to.
-        otlp_endpoint: traces URL for the ``otlp`` exporter (default: its
-            ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``).
-        memory_max_spans: the in-memory exporter keeps only this many of the
-            most recent spans.
-        project: RL-Insight project and the identity's default ``project``.
-        experiment_name: RL-Insight experiment and the identity's default
-            ``experiment_name``.
-        service_name: OpenTelemetry ``service.name`` of the bridge's resource
-            (from ``OTEL_SERVICE_NAME``, else ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``).
-        rl_insight_enable: ``True`` asks for RL-Insight explicitly (a WARNING
-            when unusable), ``False`` keeps ``auto`` local, ``None`` lets ``auto``
-            probe. Read from verl's ``VERL_RL_INSIGHT_ENABLE``.
-        rl_insight_server_url: RL-Insight server; defaults to
-            ``RL_INSIGHT_SERVER_URL``.
-        rl_insight_min_version: the oldest RL-Insight the bridge forwards to.
-        rl_insight_config: passed as ``config=`` to ``rl_insight.init``.
-        rl_insight_transport: how spans reach RL-Insight's trace store: ``hub``
-            (``rl_insight.trace_span`` per span), ``otlp`` (batches straight to the
-            endpoint its server advertises) or ``auto`` (otlp when discovered).
-        max_queue_size: at most this many spans wait in memory for export
-            (``OTEL_BSP_MAX_QUEUE_SIZE``); unset: bounded by ``max_queue_bytes`` only.
-            Beyond either bound new spans are spilled (see ``spill_dir``).
-        max_queue_bytes: estimated bytes of spans waiting in memory for export
-            (:mod:`verl_otel_bridge.export.budget`); beyond it new spans are spilled.
-        max_export_batch_size: spans handed to the exporter at once.
-        schedule_delay_ms: longest wait before queued spans are exported.
-        shutdown_timeout_s: longest ``shutdown()`` waits for pending exports.
-        max_attribute_length: longer string attribute values are truncated,
-            with a marker saying how much was cut.
-        max_attribute_items: longer sequence attribute values (token-id lists)
-            keep their first this many items (counted as ``converted``).
-        spill_dir: directory of the spill files (unset: :func:`default_spill_dir`; one per process,
-            ``spill-<host>-<pid>-<n>.jsonl``): spans past the in-memory bound, and
-            spans the destination refused, wait there to be sent again.
-        spill_max_bytes: the spill files' total size at most; 0 turns spilling
-            off. Past it spans are dropped.
-        spill_after_s: once the destination has refused every batch for this
-            long, batches go straight to the spill (one probe batch every
-            ``spill_probe_s``) instead of waiting out the sender's retries.
-        spill_probe_s: while the destination is down, how often a batch is tried.
-        session_sample_rate: the fraction of session groups (by ``uid``) kept,
-            0 to 1; spans of a session are held until its ``agent_session`` span
-            ends, then kept or dropped together (``sampled_out``).
-        session_keep_slowest: also keep a session among the slowest this
-            fraction of its step's sessions ended so far (0: off).
-        session_keep_reward_extremes: also keep a session whose reward is among
-            the highest or the lowest this fraction of its step's so far (0: off).
-        session_hold_max_bytes: estimated bytes of spans held for sampling at
-            most; past it the oldest session's spans are released, kept.
-        redact_attributes: attribute keys whose values are replaced by
-            ``[REDACTED]`` before any exporter sees them (e.g. ``content``,
-            ``reasoning``, ``tool_args``, ``gen_ai.tool.call.arguments``).
-        reminder_interval_s: while RL-Insight stays unusable, a reminder is
-            logged this often.
-        handle_sigterm: on SIGTERM, flush queued spans (within
-            ``shutdown_timeout_s``) before the process stops as it otherwise would
-            (see :mod:`verl_otel_bridge.signals`); only bridges made in the main thread.
-        progress_interval_s: every session open longer than this exports an
-            ``agent_session.progress`` span this often, so a hung session is
-            visible while it hangs; 0 turns it off.
-        straggler_factor: log (at most once per step) the sessions open longer
-            than this many times the median duration of their step's finished
-            sessions; 0 turns it off.
+    Each key's doc, kind, range and environment variables are its :class:`Setting`
+    (:func:`settings`); ``docs/configuration.md`` explains each one at length.
     """
 
-    enabled: bool = True
-    exporter: str | tuple[str, ...] = "auto"
-    fallback: str = "memory"
-    jsonl_path: str = "verl_otel_spans.jsonl"
-    otlp_endpoint: str | None = None
-    memory_max_spans: int = 10_000
-    project: str | None = None
-    experiment_name: str | None = None
-    service_name: str = "verl_otel_bridge"
-    rl_insight_enable: bool | None = None
-    rl_insight_server_url: str | None = None
-    rl_insight_min_version: str = "0.3.0"
-    rl_insight_config: Mapping[str, Any] | None = field(default=None, hash=False)
-    rl_insight_transport: str = "auto"
-    max_queue_size: int | None = None
-    max_queue_bytes: int = 256 * 1024 * 1024
-    max_export_batch_size: int = 512
-    schedule_delay_ms: int = 1000
-    shutdown_timeout_s: float = 10.0
-    max_attribute_length: int = 32_768
-    max_attribute_items: int = 32_768
-    spill_dir: str | None = None
-    spill_max_bytes: int = 1024 * 1024 * 1024
-    spill_after_s: float = 60.0
-    spill_probe_s: float = 5.0
-    session_sample_rate: float = 1.0
-    session_keep_slowest: float = 0.0
-    session_keep_reward_extremes: float = 0.0
-    session_hold_max_bytes: int = 64 * 1024 * 1024
-    redact_attributes: tuple[str, ...] = ()
-    reminder_interval_s: float = 600.0
-    handle_sigterm: bool = True
-    progress_interval_s: float = 60.0
-    straggler_factor: float = 3.0
+    enabled: bool = _setting(
+        True, BOOL, "False turns every span API into a cheap no-op.", env=(Alias("OTEL_SDK_DISABLED", inverted=True),)
+    )
+    exporter: str | tuple[str, ...] = _setting(
+        "auto",
+        EXPORTER,
+        "Where spans go; a list: the first is the primary, the others get copies.",
+        check=_exporter_names,
+    )
+    fallback: str = _setting(
+        "memory", STR, "Where spans go when RL-Insight is wanted but unusable.", check=_one_of(FALLBACKS)
+    )
+    jsonl_path: str = _setting(
+        "verl_otel_spans.jsonl",
+        STR,
+        "File the jsonl exporter appends to.",
+        check=lambda value: None if value else "must name a file.",
+    )
+    otlp_endpoint: str | None = _setting(None, OPTIONAL_STR, "Traces URL for the otlp exporter.")
+    memory_max_spans: int = _setting(
+        10_000, INT, "The in-memory exporter keeps this many of the newest spans.", check=_at_least_1
+    )
+    project: str | None = _setting(None, OPTIONAL_STR, "RL-Insight project and the identity's default project.")
+    experiment_name: str | None = _setting(
+        None, OPTIONAL_STR, "RL-Insight experiment and the identity's default experiment_name."
+    )
+    service_name: str = _setting(
+        "verl_otel_bridge",
+        STR,
+        "OpenTelemetry service.name of the bridge's resource.",
+        env=("OTEL_SERVICE_NAME", Alias("OTEL_RESOURCE_ATTRIBUTES", extract=_resource_service_name)),
+    )
+    rl_insight_enable: bool | None = _setting(
+        None,
+        OPTIONAL_BOOL,
+        "True: RL-Insight wanted; False: auto stays local; unset: auto probes.",
+        env=(RL_INSIGHT_ENABLE_ENV,),
+    )
+    rl_insight_server_url: str | None = _setting(
+        None, OPTIONAL_STR, "RL-Insight server URL.", env=(RL_INSIGHT_SERVER_URL_ENV,)
+    )
+    rl_insight_min_version: str = _setting(
+        "0.3.0", STR, "The oldest RL-Insight the bridge forwards to.", check=_version
+    )
+    rl_insight_config: Mapping[str, Any] | None = _setting(
+        None, MAPPING, "Passed as config= to rl_insight.init.", hash=False
+    )
+    rl_insight_transport: str = _setting(
+        "auto", STR, "How spans reach RL-Insight's trace store: hub, otlp or auto.", check=_one_of(TRANSPORTS)
+    )
+    max_queue_size: int | None = _setting(
+        None,
+        OPTIONAL_INT,
+        "At most this many spans wait in memory for export (unset: bytes only).",
+        env=("OTEL_BSP_MAX_QUEUE_SIZE",),
+        check=_queue_size,
+    )
+    max_queue_bytes: int = _setting(
+        256 * 1024 * 1024, INT, "Estimated bytes of spans waiting in memory for export.", check=_at_least_1
+    )
+    max_export_batch_size: int = _setting(
+        512, INT, "Spans handed to the exporter at once.", env=("OTEL_BSP_MAX_EXPORT_BATCH_SIZE",), check=_at_least_1
+    )
+    schedule_delay_ms: int = _setting(
+        1000,
+        INT,
+        "Longest wait before queued spans are exported.",
+        env=("OTEL_BSP_SCHEDULE_DELAY",),
+        check=_schedule_delay,
+    )
+    shutdown_timeout_s: float = _setting(10.0, FLOAT, "Longest shutdown() waits for pending exports.", check=_wait_s)
+    max_attribute_length: int = _setting(
+        32_768, INT, "Longer string attribute values are truncated, with a marker.", check=_at_least_1
+    )
+    max_attribute_items: int = _setting(
+        32_768, INT, "Longer sequence attribute values keep their first this many items.", check=_at_least_1
+    )
+    spill_dir: str | None = _setting(
+        None,
+        OPTIONAL_STR,
+        "Directory of the spill files (unset: default_spill_dir()).",
+        check=lambda value: "must name a directory (or be unset: the default)." if value == "" else None,
+    )
+    spill_max_bytes: int = _setting(
+        1024 * 1024 * 1024,
+        INT,
+        "The spill files' total size at most; 0 turns spilling off.",
+        check=lambda value: "must not be negative (0 turns spilling off)." if value < 0 else None,
+    )
+    spill_after_s: float = _setting(
+        60.0, FLOAT, "After this long of refused batches, batches go straight to the spill.", check=_wait_s
+    )
+    spill_probe_s: float = _setting(
+        5.0, FLOAT, "While the destination is down, how often a batch is tried.", check=_wait_s
+    )
+    session_sample_rate: float = _setting(1.0, FLOAT, "The fraction of session groups (by uid) kept.", check=_fraction)
+    session_keep_slowest: float = _setting(
+        0.0, FLOAT, "Also keep a session among its step's slowest this fraction (0: off).", check=_fraction
+    )
+    session_keep_reward_extremes: float = _setting(
+        0.0, FLOAT, "Also keep a session among its step's reward extremes this fraction (0: off).", check=_fraction
+    )
+    session_hold_max_bytes: int = _setting(
+        64 * 1024 * 1024, INT, "Estimated bytes of spans held for sampling at most.", check=_at_least_1
+    )
+    redact_attributes: tuple[str, ...] = _setting(
+        (), STR_TUPLE, "Attribute keys whose values become [REDACTED] before any exporter sees them."
+    )
+    reminder_interval_s: float = _setting(
+        600.0, FLOAT, "While RL-Insight stays unusable, a reminder is logged this often.", check=_wait_s
+    )
+    handle_sigterm: bool = _setting(True, BOOL, "On SIGTERM, flush queued spans before the process stops.")
+    progress_interval_s: float = _setting(
+        60.0,
+        FLOAT,
+        "A session open longer than this exports an agent_session.progress span this often (0: off).",
+        check=lambda value: (
+            None
+            if math.isfinite(value) and 0 <= value <= MAX_WAIT_S
+            else f"must be 0 (off) or a positive number of seconds, at most {MAX_WAIT_S}."
+        ),
+    )
+    straggler_factor: float = _setting(
+        3.0,
+        FLOAT,
+        "Log sessions open longer than this many times their step's median (0: off).",
+        check=lambda value: (
+            None if math.isfinite(value) and value >= 0 else "must be 0 (off) or a positive, finite number."
+        ),
+    )
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -198,7 +428,7 @@ class BridgeConfig:
     @classmethod
     def keys(cls) -> tuple[str, ...]:
         """All configuration keys, in declaration order."""
-        return tuple(f.name for f in fields(cls))
+        return tuple(settings())
 
     @classmethod
     def resolve(
@@ -215,7 +445,7 @@ class BridgeConfig:
         is not read again); overrides still apply on top.
 
         Raises:
-            ValueError: an unknown key, or a value of the wrong type or range.
+            ConfigError: an unknown key, or a value of the wrong type or range.
         """
         if isinstance(config, BridgeConfig):
             return dataclasses.replace(config, **_coerce_all(overrides, "keyword")) if overrides else config
@@ -223,65 +453,46 @@ class BridgeConfig:
         values = from_environment(env)
         if config is not None:
             if not isinstance(config, Mapping):
-                raise ValueError(f"configure() takes a mapping or a BridgeConfig, not {type(config).__name__}")
+                raise ConfigError(f"configure() takes a mapping or a BridgeConfig, not {type(config).__name__}")
             values.update(_coerce_all(config, "config"))
         values.update(_coerce_all(overrides, "keyword"))
         _fit_batch_to_queue(values)
         try:
             return cls(**values)
-        except ValueError as exc:
+        except ConfigError as exc:
             sources = value_sources(config if isinstance(config, Mapping) else None, environ=env, **overrides)
-            key = key_named(exc)
-            if key is None or sources[key] == "default":
+            if exc.key is None or sources[exc.key] == "default":
                 raise
-            raise ValueError(f"{exc} (set by {sources[key]})") from None
+            raise ConfigError(f"{exc} (set by {sources[exc.key]})", exc.key) from None
 
     @classmethod
     def from_verl(
         cls, verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None, **overrides: Any
     ) -> BridgeConfig:
-        """Build the config from a verl trainer config (a mapping or OmegaConf ``DictConfig``).
+        """Deprecated alias of :func:`verl_otel_bridge.verl.bridge_config` (kept for one release)."""
+        warnings.warn(
+            "BridgeConfig.from_verl is deprecated: use verl_otel_bridge.verl.bridge_config",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from verl_otel_bridge.verl.config import bridge_config
 
-        Reads ``trainer.project_name`` -> ``project``, ``trainer.experiment_name``
-        -> ``experiment_name``, ``trainer.logger`` (RL-Insight is wanted iff it
-        lists ``rl_insight``) -> ``rl_insight_enable``, ``trainer.rl_insight`` ->
-        ``rl_insight_config``, and the bridge's own section
-        ``actor_rollout_ref.rollout.trace.otel_bridge`` (any keys of this class).
-        Keyword overrides win over all of it; the environment fills the rest.
-
-        Raises:
-            ValueError: a key in the ``otel_bridge`` section is unknown, or a value is bad.
-        """
-        trainer = _section(verl_config, "trainer")
-        values: dict[str, Any] = {}
-        if trainer.get("project_name") is not None:
-            values["project"] = trainer["project_name"]
-        if trainer.get("experiment_name") is not None:
-            values["experiment_name"] = trainer["experiment_name"]
-        loggers = trainer.get("logger")
-        if loggers is not None:
-            names = [loggers] if isinstance(loggers, str) else list(loggers)
-            values["rl_insight_enable"] = "rl_insight" in names
-        if trainer.get("rl_insight") is not None:
-            values["rl_insight_config"] = trainer["rl_insight"]
-        trace = _section(_section(_section(verl_config, "actor_rollout_ref"), "rollout"), "trace")
-        values.update(_section(trace, "otel_bridge"))
-        values.update(overrides)
-        return cls.resolve(values, environ=environ)
+        return bridge_config(verl_config, environ=environ, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict of every key (for logs, ``status()`` and ``doctor``)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {key: getattr(self, key) for key in _SETTINGS}
 
+
+def settings() -> dict[str, Setting]:
+    """Every key's :class:`Setting`, in declaration order."""
+    return _SETTINGS
+
+
+_SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in fields(BridgeConfig)}
 
 #: Settings that keep data private: when one cannot be read, nothing is exported at all.
 PRIVACY_KEYS = ("redact_attributes",)
-
-
-def key_named(error: BaseException | str) -> str | None:
-    """The configuration key a ``ValueError`` from this module names, if any."""
-    text, known = str(error), BridgeConfig.keys()
-    return next((key for key in known if f": {key}=" in text or f"for {key!r}" in text), None)
 
 
 def resolve_leniently(environ: Mapping[str, str] | None = None) -> tuple[BridgeConfig, list[str]]:
@@ -305,17 +516,15 @@ def resolve_leniently(environ: Mapping[str, str] | None = None) -> tuple[BridgeC
                 f"verl_otel_bridge: {private} cannot be read, so nothing is exported rather than unredacted"
             )
             return BridgeConfig(enabled=False), messages
-    known = BridgeConfig.keys()
-    for _ in known:
+    for _ in _SETTINGS:
         _fit_batch_to_queue(values)
         try:
             return BridgeConfig(**values), messages
-        except ValueError as exc:
-            key = key_named(exc)
-            if key is None or key not in values:
+        except ConfigError as exc:
+            if exc.key is None or exc.key not in values:
                 raise  # a conflict among defaults: a bug, not a setting
-            messages.append(f"{exc} (set by {value_sources(environ=env)[key]})")
-            del values[key]
+            messages.append(f"{exc} (set by {value_sources(environ=env)[exc.key]})")
+            del values[exc.key]
     raise AssertionError("unreachable: each round leaves out one key")
 
 
@@ -344,17 +553,11 @@ def value_sources(
     Returns ``{key: "default" | "environment VARIABLE" | "config" | "keyword"}``.
     """
     env = os.environ if environ is None else environ
-    keys = BridgeConfig.keys()
-    sources = dict.fromkeys(keys, "default")
-    for key, aliases in _env_aliases().items():
-        for alias in aliases:
-            if env.get(alias, "").strip():
-                sources[key] = f"environment {alias}"
-    if sources["service_name"] == "default" and _resource_service_name(env):
-        sources["service_name"] = "environment OTEL_RESOURCE_ATTRIBUTES"
-    for key in keys:
-        if f"{ENV_PREFIX}{key.upper()}" in env:
-            sources[key] = f"environment {ENV_PREFIX}{key.upper()}"
+    sources = dict.fromkeys(_SETTINGS, "default")
+    for key in _SETTINGS:
+        for name, _raw in _variables_set(key, env):
+            sources[key] = f"environment {name}"
+            break
     for key in config or {}:
         sources[str(key)] = "config"
     for key in overrides:
@@ -362,77 +565,95 @@ def value_sources(
     return sources
 
 
+def environment_variables(key: str) -> tuple[str, ...]:
+    """The variables that set ``key``, the one that wins first: ``VERL_OTEL_BRIDGE_<KEY>``, then its aliases."""
+    return (f"{ENV_PREFIX}{key.upper()}", *(alias.name for alias in _SETTINGS[key].aliases))
+
+
+def _variables_set(key: str, environ: Mapping[str, str]) -> list[tuple[str, Any]]:
+    """``(variable, raw value)`` of each variable in ``environ`` that sets ``key``, the winner first.
+
+    The prefixed variable counts whenever it is present; an alias only when it is not blank.
+    """
+    found: list[tuple[str, Any]] = []
+    prefixed = f"{ENV_PREFIX}{key.upper()}"
+    if prefixed in environ:
+        found.append((prefixed, environ[prefixed]))
+    for alias in _SETTINGS[key].aliases:
+        raw: str | None = environ.get(alias.name)
+        if raw is not None and alias.extract is not None:
+            raw = alias.extract(raw)
+        if raw is not None and raw.strip():
+            found.append((alias.name, raw))
+    return found
+
+
+def environment_value(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The value a declared variable (prefixed or an alias) sets its key to, read by that key's rule.
+
+    None when the variable is unset or blank.
+
+    Raises:
+        ConfigError: ``name`` is set but does not parse.
+        KeyError: no key reads ``name``.
+    """
+    env = os.environ if environ is None else environ
+    for key in _SETTINGS:
+        if name in environment_variables(key):
+            return next((_env_value(key, var, raw) for var, raw in _variables_set(key, env) if var == name), None)
+    raise KeyError(name)
+
+
+def _env_value(key: str, variable: str, raw: Any) -> Any:
+    value = _coerce(key, raw, variable)
+    inverted = any(alias.inverted for alias in _SETTINGS[key].aliases if alias.name == variable)
+    return (not value) if inverted else value
+
+
 def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     """Config values found in ``environ`` (prefixed variables win over aliases).
 
     Raises:
-        ValueError: a ``VERL_OTEL_BRIDGE_*`` variable that names no key, or a
+        ConfigError: a ``VERL_OTEL_BRIDGE_*`` variable that names no key, or a
             value that does not parse.
     """
     values, problems = _read_environment(environ)
     if problems:
-        raise ValueError(next(iter(problems.values())))
+        key = next(iter(problems))
+        raise ConfigError(problems[key], key if key in _SETTINGS else None)
     return values
 
 
 def _read_environment(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Each key's value from ``environ``, and a message for each key (or unknown variable) that failed."""
-    keys = BridgeConfig.keys()
+    """Each key's value from ``environ``, and a message for each key (or unknown variable) that failed.
+
+    A key takes the first of its variables that parses, the prefixed one first; when the
+    prefixed one is set and does not parse, the key fails (an alias does not stand in).
+    """
     values: dict[str, Any] = {}
     problems: dict[str, str] = {}
-    for key, aliases in _env_aliases().items():
-        for alias in aliases:
-            raw = environ.get(alias)
-            if raw is None or raw.strip() == "":
-                continue
+    for key in _SETTINGS:
+        for variable, raw in _variables_set(key, environ):
             try:
-                value = _coerce(key, raw, alias)
-            except ValueError as exc:
-                problems[key] = str(exc)
+                values[key] = _env_value(key, variable, raw)
+            except ConfigError as exc:
+                problems.setdefault(key, str(exc))
+                if variable.startswith(ENV_PREFIX):
+                    break
                 continue
-            values[key] = (not value) if alias in _INVERTED_ALIASES else value
-    if "service_name" not in values and (named := _resource_service_name(environ)):
-        values["service_name"] = named  # as the SDK: OTEL_SERVICE_NAME first, then OTEL_RESOURCE_ATTRIBUTES
-    for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX):
-            continue
-        key = name[len(ENV_PREFIX) :].lower()
-        if key not in keys:
-            problems[name] = _unknown_key_message(key, f"environment variable {name}")
-            continue
-        try:
-            values[key] = _coerce(key, raw, name)
-        except ValueError as exc:
-            problems[key] = str(exc)
-            values.pop(key, None)  # the alias's value must not stand in for the prefixed one
-        else:
-            problems.pop(key, None)  # the prefixed variable wins over a bad alias
+            problems.pop(key, None)
+            break
+    for name in environ:
+        if name.startswith(ENV_PREFIX) and name[len(ENV_PREFIX) :].lower() not in _SETTINGS:
+            problems[name] = _unknown_key_message(name[len(ENV_PREFIX) :].lower(), f"environment variable {name}")
     return values, problems
 
 
-def _resource_service_name(environ: Mapping[str, str]) -> str | None:
-    """``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES`` (``key=value,...``, percent-encoded), if set."""
-    found = None
-    for item in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
-        key, sep, value = item.partition("=")
-        if sep and key.strip() == "service.name" and value.strip():
-            found = unquote(value.strip())
-    return found
-
-
-def _section(mapping: Any, key: str) -> Mapping[str, Any]:
-    if not isinstance(mapping, Mapping):
-        return {}
-    value = mapping.get(key)
-    return value if isinstance(value, Mapping) else {}
-
-
 def _coerce_all(mapping: Mapping[str, Any], source: str) -> dict[str, Any]:
-    keys = BridgeConfig.keys()
     out: dict[str, Any] = {}
     for key, value in mapping.items():
-        if key not in keys:
-            raise ValueError(_unknown_key_message(str(key), f"{source} key {key!r}"))
+        if key not in _SETTINGS:
+            raise ConfigError(_unknown_key_message(str(key), f"{source} key {key!r}"))
         out[key] = _coerce(key, value, f"{source} key {key!r}")
     return out
 
@@ -444,176 +665,28 @@ def _unknown_key_message(key: str, where: str) -> str:
     return f"verl_otel_bridge: unknown {where}.{hint} Known keys: {', '.join(keys)}."
 
 
-_FIELD_TYPES: dict[str, str] = {
-    "enabled": "bool",
-    "handle_sigterm": "bool",
-    "rl_insight_enable": "optional_bool",
-    "memory_max_spans": "int",
-    "max_queue_size": "optional_int",
-    "max_queue_bytes": "int",
-    "max_attribute_items": "int",
-    "spill_max_bytes": "int",
-    "spill_after_s": "float",
-    "spill_probe_s": "float",
-    "session_sample_rate": "float",
-    "session_keep_slowest": "float",
-    "session_keep_reward_extremes": "float",
-    "session_hold_max_bytes": "int",
-    "max_export_batch_size": "int",
-    "schedule_delay_ms": "int",
-    "shutdown_timeout_s": "float",
-    "max_attribute_length": "int",
-    "reminder_interval_s": "float",
-    "progress_interval_s": "float",
-    "straggler_factor": "float",
-    "redact_attributes": "str_tuple",
-    "rl_insight_config": "mapping",
-    "project": "optional_str",
-    "experiment_name": "optional_str",
-    "rl_insight_server_url": "optional_str",
-    "otlp_endpoint": "optional_str",
-    "spill_dir": "optional_str",
-    "exporter": "exporter",
-}
-
-
 def _coerce(key: str, value: Any, where: str) -> Any:
-    """Turn a value from a mapping or the environment into the key's type."""
-    kind = _FIELD_TYPES.get(key, "str")
+    """Turn a value from a mapping or the environment into the key's type, by its :class:`Kind`."""
+    kind = _SETTINGS[key].kind
     try:
-        if kind in ("bool", "optional_bool"):
-            return _to_bool(value, optional=kind == "optional_bool")
-        if kind == "optional_int" and (value is None or (isinstance(value, str) and not value.strip())):
-            return None
-        if kind in ("int", "optional_int"):
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise TypeError
-            return int(value)
-        if kind == "float":
-            if isinstance(value, bool):
-                raise TypeError
-            return float(value)
-        if kind == "mapping":
-            return _to_mapping(value)
-        if kind == "str_tuple":
-            return _to_str_tuple(value)
-        if kind == "exporter":
-            if isinstance(value, (set, frozenset)):
-                raise TypeError  # unordered: which one is the primary?
-            names = _to_str_tuple(value)
-            if not names:
-                raise ValueError
-            return names[0] if len(names) == 1 else names
-        if kind == "optional_str":
-            return None if value is None else str(value)
-        if not isinstance(value, str):
-            raise TypeError
-        return value.strip()
+        return kind.convert(value)
     except (TypeError, ValueError):
-        expected = {
-            "bool": "true or false",
-            "optional_bool": "true, false or unset",
-            "int": "an integer",
-            "optional_int": "an integer or unset",
-            "float": "a number",
-            "mapping": "a mapping (or a JSON object in the environment)",
-            "str_tuple": "a list of strings (comma-separated in the environment)",
-            "exporter": f"one of {', '.join(EXPORTERS)}, or an ordered list of them (the first is the primary)",
-            "str": "a string",
-        }[kind.replace("optional_str", "str")]
-        # Text that does not parse as a mapping may hold credentials in any shape: never echo it.
-        shown = f"<{len(value)} characters, not shown>" if kind == "mapping" and isinstance(value, str) else value
-        raise ValueError(
-            f"verl_otel_bridge: {where} = {masked(key, shown)!r} is not valid for {key!r}: expected {expected}."
+        shown = value if kind.echoes_text or not isinstance(value, str) else f"<{len(value)} characters, not shown>"
+        raise ConfigError(
+            f"verl_otel_bridge: {where} = {masked(key, shown)!r} is not valid for {key!r}: expected {kind.expected}.",
+            key,
         ) from None
 
 
-def _to_bool(value: Any, *, optional: bool) -> bool | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str):
-        lowered = value.strip().lower()
-        if lowered in _TRUE:
-            return True
-        if lowered in _FALSE:
-            return False
-    raise ValueError
-
-
-def _to_str_tuple(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return tuple(part.strip() for part in value.split(",") if part.strip())
-    if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise TypeError
-
-
-def _to_mapping(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = json.loads(value)
-    if not isinstance(value, Mapping):
-        raise TypeError
-    return {str(k): (_to_mapping(v) if isinstance(v, Mapping) else v) for k, v in value.items()}
-
-
 def _validate(config: BridgeConfig) -> None:
-    def bad(key: str, why: str) -> ValueError:
-        return ValueError(f"verl_otel_bridge: {key}={getattr(config, key)!r} {why}")
-
-    names = config.exporters
-    for name in names:
-        if name not in EXPORTERS:
-            raise bad("exporter", f"names {name!r}, which is not one of: {', '.join(EXPORTERS)}.")
-    if len(set(names)) != len(names):
-        raise bad("exporter", "lists an exporter twice.")
-    if len(names) > 1 and ("none" in names or any(n in ("auto", "rl_insight") for n in names[1:])):
-        raise bad("exporter", "can list 'auto' or 'rl_insight' only first, and 'none' only alone.")
-    if config.fallback not in FALLBACKS:
-        raise bad("fallback", f"is not one of: {', '.join(FALLBACKS)}.")
-    if config.rl_insight_transport not in TRANSPORTS:
-        raise bad("rl_insight_transport", f"is not one of: {', '.join(TRANSPORTS)}.")
-    if config.max_queue_size is not None and config.max_queue_size < 1:
-        raise bad("max_queue_size", "must be at least 1 (or unset: bounded by max_queue_bytes only).")
-    for key in (
-        "memory_max_spans",
-        "max_export_batch_size",
-        "max_attribute_length",
-        "max_attribute_items",
-        "max_queue_bytes",
-        "session_hold_max_bytes",
-    ):
-        if getattr(config, key) < 1:
-            raise bad(key, "must be at least 1.")
-    if config.max_queue_size is not None and config.max_export_batch_size > config.max_queue_size:
-        raise bad("max_export_batch_size", f"must not exceed max_queue_size ({config.max_queue_size}).")
-    if config.spill_max_bytes < 0:
-        raise bad("spill_max_bytes", "must not be negative (0 turns spilling off).")
-    if config.spill_dir == "":
-        raise bad("spill_dir", "must name a directory (or be unset: the default).")
-    for key in ("session_sample_rate", "session_keep_slowest", "session_keep_reward_extremes"):
-        if not 0 <= getattr(config, key) <= 1:
-            raise bad(key, "must be a fraction from 0 to 1.")
-    if config.schedule_delay_ms < 0:
-        raise bad("schedule_delay_ms", "must not be negative.")
-    if config.schedule_delay_ms > MAX_WAIT_S * 1000:
-        raise bad("schedule_delay_ms", f"must be at most {MAX_WAIT_S * 1000} (an hour).")
-    for key in ("reminder_interval_s", "shutdown_timeout_s", "spill_after_s", "spill_probe_s"):
+    for key, setting in _SETTINGS.items():
         value = getattr(config, key)
-        if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):
-            raise bad(key, f"must be a positive, finite number of seconds, at most {MAX_WAIT_S} (an hour).")
-    if not (math.isfinite(config.progress_interval_s) and 0 <= config.progress_interval_s <= MAX_WAIT_S):
-        raise bad("progress_interval_s", f"must be 0 (off) or a positive number of seconds, at most {MAX_WAIT_S}.")
-    if not (math.isfinite(config.straggler_factor) and config.straggler_factor >= 0):
-        raise bad("straggler_factor", "must be 0 (off) or a positive, finite number.")
-    if not config.jsonl_path:
-        raise bad("jsonl_path", "must name a file.")
-    try:
-        Version(config.rl_insight_min_version)
-    except InvalidVersion:
-        raise bad("rl_insight_min_version", "is not a version such as '0.3.0'.") from None
+        why = setting.check(value) if setting.check is not None else None
+        if why is not None:
+            raise ConfigError(f"verl_otel_bridge: {key}={value!r} {why}", key)
+    if config.max_queue_size is not None and config.max_export_batch_size > config.max_queue_size:
+        raise ConfigError(
+            f"verl_otel_bridge: max_export_batch_size={config.max_export_batch_size!r} "
+            f"must not exceed max_queue_size ({config.max_queue_size}).",
+            "max_export_batch_size",
+        )

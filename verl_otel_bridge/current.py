@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
 from verl_otel_bridge.bridge import Bridge, traced_by
-from verl_otel_bridge.config import PRIVACY_KEYS, BridgeConfig, key_named, resolve_leniently
+from verl_otel_bridge.config import PRIVACY_KEYS, BridgeConfig, ConfigError, resolve_leniently
 from verl_otel_bridge.identity import IdentityFields, SessionIdentity
 from verl_otel_bridge.session import Session
 
@@ -114,7 +114,7 @@ def _from_environment() -> Bridge:
         try:
             return Bridge(config)
         except ValueError as exc:  # e.g. a jsonl_path that cannot be opened
-            key = key_named(exc)
+            key = exc.key if isinstance(exc, ConfigError) else None
             if key is None or key in PRIVACY_KEYS:
                 logger.error("%s; nothing is exported by this bridge.", exc)
                 return Bridge(BridgeConfig(enabled=False))

@@ -92,7 +92,7 @@ def init_with_hub(facade: type[RLInsightLogger], tag: str) -> vob.Bridge:
 
 @pytest.mark.rl_insight("0.3.0", "none")
 @pytest.mark.parametrize(
-    ("value", "expected"), [("1", True), ("0", False), ("true", False), ("", False), (None, False)]
+    ("value", "expected"), [("1", True), ("0", False), ("true", True), ("perhaps", False), ("", False), (None, False)]
 )
 def test_enabled_follows_verls_switch(value: str | None, expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     if value is None:

@@ -1,8 +1,7 @@
-"""The ``verl-otel-bridge`` command line: doctor, show, replay, demo; and the configuration reference page."""
+"""The ``verl-otel-bridge`` command line: doctor, show, replay, demo."""
 
 from __future__ import annotations
 
-import dataclasses
 import http.server
 import json
 import re
@@ -25,7 +24,6 @@ import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge.cli import app as cli
 from verl_otel_bridge.cli import demo, doctor
-from verl_otel_bridge.config import ENV_PREFIX, _env_aliases
 from verl_otel_bridge.records import record_to_span, span_to_record
 from verl_otel_bridge.secrets import mask_url, masked
 
@@ -559,55 +557,3 @@ def test_demo_command_runs_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
     assert f"straggler: uid 'uid-{straggler[0]}' sample {straggler[0]} session {straggler[1]}:" in report
     assert f"zero advantage: uid 'uid-{group}': all {demo.GROUP} sessions got reward 1" in report
     assert "ToolError: search failed" in report
-
-
-# -- the configuration reference page ------------------------------------------------
-
-
-def _cells(line: str) -> list[str]:
-    """The cells of a Markdown table row; a ``|`` inside backticks (``str | None``) is not a separator."""
-    cells, current, in_code = [], "", False
-    for char in line.strip()[1:-1]:
-        if char == "`":
-            in_code = not in_code
-        if char == "|" and not in_code:
-            cells.append(current.strip())
-            current = ""
-        else:
-            current += char
-    return [*cells, current.strip()]
-
-
-def _doc_table(page: Path) -> dict[str, list[str]]:
-    """Rows of the reference table (the one whose header starts with ``| key |``), by key."""
-    rows: dict[str, list[str]] = {}
-    in_table = False
-    for line in page.read_text().splitlines():
-        if line.startswith("| key |"):
-            in_table = True
-            continue
-        if in_table and line.startswith("|---"):
-            continue
-        if in_table and line.startswith("|"):
-            cells = _cells(line)
-            rows[cells[0].strip("`")] = cells
-        elif in_table:
-            break
-    return rows
-
-
-def _shown_default(value: Any) -> str:
-    return f"`{json.dumps(list(value) if isinstance(value, tuple) else value)}`"
-
-
-def test_configuration_reference_matches_the_code() -> None:
-    rows = _doc_table(ROOT / "docs" / "configuration.md")
-    assert list(rows) == list(BridgeConfig.keys()), "one row per key, in declaration order"
-    aliases = _env_aliases()
-    for f in dataclasses.fields(BridgeConfig):
-        _key, type_, default, environment, meaning = rows[f.name]
-        assert type_ == f"`{f.type}`", f.name
-        assert default == _shown_default(f.default), f.name
-        expected_env = {f"{ENV_PREFIX}{f.name.upper()}", *aliases.get(f.name, ())}
-        assert set(re.findall(r"`([A-Z][A-Z0-9_]+)`", environment)) == expected_env, f.name
-        assert meaning, f.name

@@ -334,3 +334,27 @@ def test_concurrent_first_get_bridge_builds_one_bridge(monkeypatch: pytest.Monke
     for thread in threads:
         thread.join(WAIT_S)
     assert len(seen) == 16 and len({id(bridge) for bridge in seen}) == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "key"),
+    [
+        (lambda: resolve(exporter="kafka"), "exporter"),
+        (lambda: resolve(environ={"OTEL_BSP_MAX_QUEUE_SIZE": "lots"}), "max_queue_size"),
+        (lambda: resolve(max_queue_size=10, max_export_batch_size=20), "max_export_batch_size"),
+        (lambda: resolve({"exporterr": "memory"}), None),
+    ],
+)
+def test_a_config_error_carries_its_key(call: Any, key: str | None) -> None:
+    with pytest.raises(vob.ConfigError) as raised:
+        call()
+    assert raised.value.key == key
+
+
+def test_from_verl_is_a_deprecated_alias_of_the_verl_reader() -> None:
+    from verl_otel_bridge.verl import bridge_config
+
+    verl_config = {"trainer": {"project_name": "p", "logger": ["console"]}}
+    with pytest.warns(DeprecationWarning, match="bridge_config"):
+        old = BridgeConfig.from_verl(verl_config, environ={})
+    assert old == bridge_config(verl_config, environ={}) and (old.project, old.rl_insight_enable) == ("p", False)

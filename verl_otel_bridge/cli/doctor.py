@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_otel_bridge._version import __version__, distribution_version
-from verl_otel_bridge.config import BridgeConfig, value_sources
+from verl_otel_bridge.config import ENV_PREFIX, BridgeConfig, value_sources
 from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.otlp.sender import OtlpHttpSender, OtlpSendError, import_urllib3
 from verl_otel_bridge.otlp.settings import SenderSettings, check_protocol, traces_endpoint
@@ -32,7 +32,7 @@ def _environment_secrets(environ: Mapping[str, str]) -> set[str]:
     """Secrets in the variables the bridge reads, for when the configuration does not even resolve."""
     found: set[str] = set()
     for name, raw in environ.items():
-        if not (name.startswith(("VERL_OTEL_BRIDGE_", "OTEL_")) or name == rl_insight_compat.SERVER_URL_ENV):
+        if not (name.startswith((ENV_PREFIX, "OTEL_")) or name == rl_insight_compat.SERVER_URL_ENV):
             continue
         found |= secrets_in(raw, name)
         if name.endswith("RL_INSIGHT_CONFIG"):

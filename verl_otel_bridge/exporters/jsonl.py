@@ -14,6 +14,7 @@ from typing import BinaryIO
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from verl_otel_bridge.config import ConfigError
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.records import span_to_record
@@ -35,7 +36,7 @@ class JsonlSpanExporter(SpanExporter):
     the file holds exactly the spans counted as exported.
 
     Raises:
-        ValueError: ``path`` cannot be opened for appending.
+        ConfigError: ``path`` cannot be opened for appending (key ``jsonl_path``).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -46,8 +47,8 @@ class JsonlSpanExporter(SpanExporter):
             # child inherits no half-written buffer (nor the buffer's lock).
             self._file: BinaryIO | None = self.path.open("ab", buffering=0)
         except OSError as exc:
-            raise ValueError(
-                f"verl_otel_bridge: jsonl_path={str(path)!r} cannot be opened for appending: {exc}"
+            raise ConfigError(
+                f"verl_otel_bridge: jsonl_path={str(path)!r} cannot be opened for appending: {exc}", "jsonl_path"
             ) from exc
         self._once = OnceLogger(logger)
         self._new_lock()

@@ -28,13 +28,14 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from verl_otel_bridge._version import distribution_version
+from verl_otel_bridge.config import RL_INSIGHT_SERVER_URL_ENV, environment_value
 from verl_otel_bridge.rl_insight import private
 
 logger = logging.getLogger("verl_otel_bridge.rl_insight")
 
 MODULE_NAME = "rl_insight"
 DISTRIBUTION_NAME = "rl-insight"
-SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
+SERVER_URL_ENV = RL_INSIGHT_SERVER_URL_ENV
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def _import_failed(exc: BaseException, installed: str | None, minimum_version: s
 def server_url(url: str | None, init_config: Mapping[str, Any] | None) -> str | None:
     """The RL-Insight server URL: ``url`` (the bridge's ``rl_insight_server_url``), else
     ``init_config["server"]["url"]``, else ``RL_INSIGHT_SERVER_URL`` as it is now."""
-    return url or config_server_url(init_config) or os.environ.get(SERVER_URL_ENV, "").strip() or None
+    return url or config_server_url(init_config) or environment_value(SERVER_URL_ENV) or None
 
 
 def check_runtime(probe: Probe, url: str | None) -> Probe:

@@ -19,7 +19,6 @@ usable. ``docs/verl.md`` lists every behaviour difference.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -28,13 +27,14 @@ from typing import Any, ClassVar
 
 from packaging.version import Version
 
-from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.config import RL_INSIGHT_ENABLE_ENV, ConfigError, environment_value
 from verl_otel_bridge.current import configure, get_bridge
 from verl_otel_bridge.identity import IdentityFields, SessionIdentity
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.rl_insight.compat import Probe
 from verl_otel_bridge.session import Session
+from verl_otel_bridge.verl.config import bridge_config
 
 logger = logging.getLogger("verl_otel_bridge.verl.logger")
 
@@ -84,7 +84,7 @@ class RLInsightLogger:
     does) calls :meth:`init`.
     """
 
-    ENABLE_ENV = "VERL_RL_INSIGHT_ENABLE"
+    ENABLE_ENV = RL_INSIGHT_ENABLE_ENV
     MINIMUM_RL_INSIGHT_VERSION = Version("0.3.0")
 
     # verl keeps these per process; so does the facade (they mirror RL-Insight's own state).
@@ -100,8 +100,15 @@ class RLInsightLogger:
 
     @classmethod
     def enabled(cls) -> bool:
-        """True iff ``VERL_RL_INSIGHT_ENABLE`` is ``"1"`` (verl sets it when ``trainer.logger`` has ``rl_insight``)."""
-        return os.environ.get(cls.ENABLE_ENV) == "1"
+        """True iff ``VERL_RL_INSIGHT_ENABLE`` is on (verl sets ``1`` when ``trainer.logger`` has ``rl_insight``).
+
+        Read by the configuration's rule for the variable (``1``, ``true``, ``yes``, ``on``); a value
+        that does not parse is off here, and ``configure()`` names it.
+        """
+        try:
+            return environment_value(cls.ENABLE_ENV) is True
+        except ConfigError:
+            return False
 
     @classmethod
     def init(cls, project_name: str | None = None, experiment_name: str | None = None, config: Any = None) -> None:
@@ -114,7 +121,7 @@ class RLInsightLogger:
             overrides["project"] = project_name
         if experiment_name is not None:
             overrides["experiment_name"] = experiment_name
-        bridge = configure(BridgeConfig.from_verl(config or {}, **overrides))
+        bridge = configure(bridge_config(config or {}, **overrides))
         cls._init_done = True
         probe = bridge.rl_insight_probe(initialize=True)
         if probe is not None and probe.usable:

@@ -35,9 +35,10 @@ from verl_otel_bridge import current, propagation
 from verl_otel_bridge import protocol as p
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
 from verl_otel_bridge.bridge import Bridge
-from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.config import BridgeConfig, parse_bool
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.session import Session
+from verl_otel_bridge.verl.config import bridge_config
 from verl_otel_bridge.verl.plugin import BACKEND, SWITCH_ENV
 
 logger = logging.getLogger("verl_otel_bridge.verl.tracing")
@@ -96,10 +97,16 @@ _traced_calls: ContextVar[list[Bridge] | None] = ContextVar("verl_otel_bridge_tr
 
 
 def wanted(trace_backend: Any) -> bool:
-    """Whether to trace: :data:`SWITCH_ENV` ``1``/``0`` decides; unset, verl's backend must be ``otel``."""
-    switch = os.environ.get(SWITCH_ENV, "").strip()
-    if switch in ("0", "1"):
-        return switch == "1"
+    """Whether to trace: :data:`SWITCH_ENV` on or off decides (read as every on/off variable is, by
+    :func:`~verl_otel_bridge.config.parse_bool`); unset, verl's backend must be ``otel``."""
+    switch = os.environ.get(SWITCH_ENV, "")
+    if switch.strip():
+        try:
+            return parse_bool(switch)
+        except ValueError:
+            _once.log(
+                "switch", logging.WARNING, "verl tracing: %s=%r is not on or off; it is ignored", SWITCH_ENV, switch
+            )
     return bool(trace_backend == BACKEND)
 
 
@@ -219,7 +226,7 @@ def _worker_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
     if not _careful("reading the backend", lambda: wanted(_verl_backend()), False):
         return
     try:
-        config = BridgeConfig.from_verl(instance.config)
+        config = bridge_config(instance.config)
     except ValueError:
         raise
     except Exception as exc:  # noqa: BLE001 - a config shape we do not know: the environment alone decides
