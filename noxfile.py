@@ -1,4 +1,6 @@
-"""Test environments: ``nox -s unit``, ``nox -s integration`` (all four RL-Insight cases), ``nox -s browser``,
+"""Test environments: ``nox -s unit`` (every Python the package claims; ``nox -s unit-3.12`` one of them),
+``nox -s unit_oldest`` (the oldest runtime dependencies allowed), ``nox -s doc_blocks`` (the code blocks of
+README.md and docs/), ``nox -s integration`` (all four RL-Insight cases), ``nox -s browser``,
 ``nox -s verl`` (verl's real agent loops, one session per verl version; ``-- bench`` runs its benchmark),
 ``nox -s backends`` (Phoenix and MLflow).
 
@@ -24,19 +26,25 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import nox
+import tomllib
 
 nox.needs_version = ">=2024.10.9"  # reuse_venv option
 nox.options.reuse_venv = "yes"
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["unit", "integration", "browser", "backends"]
+nox.options.sessions = ["unit", "unit_oldest", "doc_blocks", "integration", "browser", "backends"]
+# A Python version this machine lacks is skipped with nox's message, also under CI.
+nox.options.error_on_missing_interpreters = False
 
 ROOT = Path(__file__).resolve().parent
+#: Every Python the package claims; pyproject.toml's classifiers list exactly these (tests/unit/test_metadata.py).
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 nox.options.envdir = os.environ.get("VERL_OTEL_NOX_DIR", str(Path.home() / ".cache" / "verl-otel-bridge" / "nox"))
 RL_INSIGHT_CASES = ("none", "0.1.0", "0.2.0", "0.3.0")
 CASE_ENV = "RL_INSIGHT_TEST_CASE"
@@ -48,6 +56,37 @@ LOOPBACK_ENV = {
     "NO_PROXY": "127.0.0.1,localhost",
     "no_proxy": "127.0.0.1,localhost",
 }
+
+
+def _put_interpreters_on_path() -> None:
+    """Find each of :data:`PYTHONS` where pyenv keeps it, ahead of pyenv's shims on PATH.
+
+    A shim answers for every installed version but runs only the selected ones, so nox
+    would find ``python3.13`` and fail to build its environment instead of skipping it.
+    """
+    versions = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = [
+        str(binary.parent)
+        for version in PYTHONS
+        for binary in sorted(versions.glob(f"{version}.*/bin/python{version}"))[-1:]
+    ]
+    rest = [entry for entry in os.environ.get("PATH", "").split(os.pathsep) if not entry.endswith("/shims")]
+    os.environ["PATH"] = os.pathsep.join([*found, *rest])
+
+
+_put_interpreters_on_path()
+
+
+def oldest_requirements() -> list[str]:
+    """``name==lower bound`` for every runtime dependency of pyproject.toml."""
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = []
+    for requirement in dependencies:
+        found = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9.]+)", requirement)
+        if found is None:
+            raise ValueError(f"pyproject.toml: {requirement!r} has no plain lower bound to test")
+        pins.append(f"{found[1]}=={found[2]}")
+    return pins
 
 
 def install_once(session: nox.Session, *requirements: str) -> None:
@@ -76,11 +115,42 @@ def install_once(session: nox.Session, *requirements: str) -> None:
     root_stamp.write_text(str(ROOT))
 
 
-@nox.session(tags=["unit"])
+@nox.session(python=PYTHONS, tags=["unit"])
 def unit(session: nox.Session) -> None:
-    """Unit tests: the package with its ``test`` extra, no RL-Insight."""
+    """Unit tests: the package with its ``test`` extra, no RL-Insight, on each Python the package claims."""
     install_once(session, "-e", f"{ROOT}[test]")
     session.run("python", "-m", "pytest", "tests/unit", *session.posargs)
+
+
+#: Exits non-zero unless every ``name==version`` argument is what is installed.
+CHECK_PINS = """
+import sys
+from importlib.metadata import version
+from packaging.version import Version
+wrong = [pin for pin in sys.argv[1:] if Version(version(pin.split("==")[0])) != Version(pin.split("==")[1])]
+sys.exit(f"installed, but not the oldest allowed: {wrong}" if wrong else 0)
+"""
+#: The test extra's OpenTelemetry packages come in lockstep with the API: pinned to its release.
+OLDEST_LOCKSTEP = ("opentelemetry-proto", "opentelemetry-exporter-otlp-proto-common")
+
+
+@nox.session(python=PYTHONS[0], tags=["unit"])
+def unit_oldest(session: nox.Session) -> None:
+    """Unit tests on the oldest Python and the oldest ``opentelemetry-api``/``-sdk``/``packaging`` allowed."""
+    pins = oldest_requirements()
+    otel = next(pin for pin in pins if pin.startswith("opentelemetry-api=="))
+    lockstep = [f"{name}=={otel.partition('==')[2]}" for name in OLDEST_LOCKSTEP]
+    install_once(session, "-e", f"{ROOT}[test]", *pins, *lockstep)
+    # pip would quietly keep a newer release if a test dependency needed one: fail instead.
+    session.run("python", "-c", CHECK_PINS, *pins, silent=True)
+    session.run("python", "-m", "pytest", "tests/unit", *session.posargs)
+
+
+@nox.session(tags=["docs"])
+def doc_blocks(session: nox.Session) -> None:
+    """tests/docs: every code block of README.md and docs/ run as a reader runs it (``needs`` blocks: ``verl``)."""
+    install_once(session, "-e", f"{ROOT}[test]")
+    session.run("python", "-m", "pytest", "tests/docs", *session.posargs)
 
 
 @nox.session(tags=["integration"])
@@ -165,6 +235,8 @@ def verl(session: nox.Session, verl: str) -> None:
         session.run("python", "bench/verl_overhead.py", *session.posargs[1:], env=LOOPBACK_ENV)
         return
     session.run("python", "-m", "pytest", "tests/verl", *session.posargs, env=LOOPBACK_ENV)
+    # The doc blocks that need verl, Ray or RL-Insight (skipped by ``doc_blocks``) run here.
+    session.run("python", "-m", "pytest", "tests/docs", "-k", "needs", env=LOOPBACK_ENV)
 
 
 #: Pinned to the releases docs/backends.md was written against. One environment each: Phoenix

@@ -178,6 +178,13 @@ class Bridge:
         exception propagates unchanged. Without an explicit ``finish``, a
         normal exit finishes with ``status="success"``.
 
+        The keywords are the identity (:class:`~verl_otel_bridge.identity.IdentityFields`):
+        ``sample`` and ``session`` (required), ``traj`` (default 0), ``uid``,
+        ``global_steps``, ``session_id``, ``project``, ``experiment_name``. The block
+        gets the :class:`~verl_otel_bridge.session.Session`: ``task()``, ``turn()``,
+        ``finish(status=..., **attributes)``, ``span`` (the OpenTelemetry span) and
+        ``identity``.
+
         ``bridge.session(**identity.to_dict())`` works: ``state_lane_id`` is
         accepted and checked (a mismatch is logged; the keys win).
         """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -123,28 +124,48 @@ def _from_environment() -> Bridge:
     return Bridge(BridgeConfig(enabled=False))
 
 
+def _shortcut_of(method: Callable[..., Any]) -> Callable[[F], F]:
+    """Give a module-level shortcut its method's documentation, after the shortcut's own first line.
+
+    The method's docstring is the one place each behaviour is described; ``help(vob.session)``
+    shows it whole.
+    """
+
+    def document(shortcut: F) -> F:
+        own = inspect.cleandoc(shortcut.__doc__ or "")
+        shortcut.__doc__ = f"{own}\n\n{inspect.cleandoc(method.__doc__ or '')}"
+        return shortcut
+
+    return document
+
+
+@_shortcut_of(Bridge.session)
 def session(*, state_lane_id: str | None = None, **identity: Unpack[IdentityFields]) -> AbstractContextManager[Session]:
-    """``get_bridge().session(...)``: see :meth:`Bridge.session`."""
+    """``get_bridge().session(...)``: a session on the current bridge (built from the environment if none)."""
     return get_bridge().session(state_lane_id=state_lane_id, **identity)
 
 
+@_shortcut_of(Bridge.span)
 def span(name: str, /, **attributes: Any) -> Any:
-    """``get_bridge().span(...)``: see :meth:`Bridge.span`."""
+    """``get_bridge().span(...)``: a span on the current bridge, carrying the current session's identity."""
     return get_bridge().span(name, **attributes)
 
 
+@_shortcut_of(Bridge.task)
 def task(name: str, /, **attributes: Any) -> AbstractContextManager[TaskHandle]:
-    """``get_bridge().task(...)``: see :meth:`Bridge.task`."""
+    """``get_bridge().task(...)``: an agent task in the current session, on the current bridge."""
     return get_bridge().task(name, **attributes)
 
 
+@_shortcut_of(Bridge.turn)
 def turn(turn: int, /, *, type: str = "generate", **attributes: Any) -> AbstractContextManager[TurnHandle]:
-    """``get_bridge().turn(...)``: see :meth:`Bridge.turn`."""
+    """``get_bridge().turn(...)``: one turn of the current session, on the current bridge."""
     return get_bridge().turn(turn, type=type, **attributes)
 
 
+@_shortcut_of(Bridge.resume)
 def resume(identity: SessionIdentity | Mapping[str, Any]) -> AbstractContextManager[SessionIdentity | None]:
-    """``get_bridge().resume(...)``: see :meth:`Bridge.resume`."""
+    """``get_bridge().resume(...)``: a session's identity continued on the current bridge."""
     return get_bridge().resume(identity)
 
 
@@ -156,15 +177,17 @@ def traced(name: F, /) -> F: ...
 def traced(name: str | None = None, /, **attributes: Any) -> Callable[[F], F]: ...
 
 
+@_shortcut_of(Bridge.traced)
 def traced(name: Any = None, /, **attributes: Any) -> Any:
     """Like :meth:`Bridge.traced`, but uses whichever bridge is current at each call."""
     return traced_by(get_bridge, name, attributes)
 
 
+@_shortcut_of(Bridge.record_span)
 def record_span(
     name: str, *, start_time_ns: int, end_time_ns: int, attributes: Mapping[str, Any] | None = None
 ) -> None:
-    """``get_bridge().record_span(...)``: see :meth:`Bridge.record_span`."""
+    """``get_bridge().record_span(...)``: work timed elsewhere, recorded on the current bridge."""
     get_bridge().record_span(name, start_time_ns=start_time_ns, end_time_ns=end_time_ns, attributes=attributes)
 
 
@@ -174,8 +197,9 @@ def force_flush(timeout_s: float = 30.0) -> bool:
     return bridge.force_flush(timeout_s) if bridge is not None else True
 
 
+@_shortcut_of(Bridge.status)
 def status() -> dict[str, Any]:
-    """``get_bridge().status()``."""
+    """``get_bridge().status()``: the current bridge's account of where spans went."""
     return get_bridge().status()
 
 

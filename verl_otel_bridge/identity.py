@@ -39,24 +39,27 @@ __all__ = [
 
 
 class _RequiredFields(TypedDict):
-    sample: Any
-    session: Any
+    sample: int | str
+    session: int | str
 
 
 class IdentityFields(_RequiredFields, total=False):
     """The keywords that name a session, declared once for every API that takes them.
 
-    ``sample`` and ``session`` are required; ``traj`` defaults to 0, ``project`` and
-    ``experiment_name`` to the bridge config's, the rest to None. Coercions: see
+    ``sample`` and ``session`` (verl's sample index and session number) are required;
+    ``traj`` (the trajectory within the session) defaults to 0, ``project`` and
+    ``experiment_name`` to the bridge config's, ``uid`` (the prompt's id: a GRPO group),
+    ``global_steps`` (the training step) and ``session_id`` (a request id of your own) to
+    None. Indices are sent as text, ``global_steps`` as a number. Coercions: see
     :meth:`SessionIdentity.create`.
     """
 
-    traj: Any
-    uid: Any
-    global_steps: Any
-    session_id: Any
-    project: Any
-    experiment_name: Any
+    traj: int | str
+    uid: str | None
+    global_steps: int | None
+    session_id: str | None
+    project: str | None
+    experiment_name: str | None
 
 
 #: Every keyword :class:`IdentityFields` declares.

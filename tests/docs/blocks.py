@@ -10,7 +10,8 @@ A mark is an HTML comment on the line right before a fence (GitHub and mkdocs sh
                                                 any text on a line, a line of its own ``...`` any number of lines
     <!-- doc-test: checked-by tests/x.py::test_y -->  output that test produces and checks (the test must exist)
 
-Marks combine, separated by ``;`` (``<!-- doc-test: needs ray; pytest -->``). Blocks in
+Marks combine, separated by ``;`` (``<!-- doc-test: needs ray; pytest -->``); ``skip:`` comes
+last, its reason is the rest of the comment. Blocks in
 ``python``, ``bash``/``sh`` and ``console`` (``$ command`` lines and their output) run; a
 block in any other language (``yaml``, ``mermaid``, ``text``) is read, not run, and a fence
 without a language is an error: the reader could not tell what it is.
@@ -57,7 +58,10 @@ def _marks(comment: str) -> dict[str, str] | None:
     if found is None:
         return None
     marks: dict[str, str] = {}
-    for part in found["body"].split(";"):
+    body, skip, reason = found["body"].partition("skip:")
+    if skip:
+        marks["skip"] = reason.strip()
+    for part in filter(str.strip, body.split(";")):
         name, _, value = part.strip().partition(" ")
         if name.endswith(":"):
             name = name[:-1]

@@ -11,6 +11,7 @@ directory, with none of the bridge's environment variables. The marks are in ``b
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,10 @@ NEEDS_SESSION = "nox -s verl"
 _ISOLATED_PREFIXES = ("VERL_OTEL_BRIDGE_", "OTEL_")
 _ISOLATED_NAMES = ("RL_INSIGHT_SERVER_URL", "VERL_RL_INSIGHT_ENABLE")
 KNOWN_MARKS = frozenset({"fragment", "skip", "needs", "pytest", "output", "checked-by"})
+#: A block that starts Ray runs in a network namespace of its own whose only interface is
+#: loopback: the block stays as a reader writes it (a plain ``ray.init()``), and Ray, finding
+#: no other address, listens on 127.0.0.1 only.
+LOOPBACK_ONLY = ("unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh")
 
 
 def _runnable() -> list[pytest.param]:
@@ -52,7 +57,11 @@ def reader_env(directory: Path) -> dict[str, str]:
     return env
 
 
-def _run(command: list[str], directory: Path) -> subprocess.CompletedProcess[str]:
+def _run(command: list[str], directory: Path, *, loopback_only: bool = False) -> subprocess.CompletedProcess[str]:
+    if loopback_only:
+        if shutil.which("unshare") is None or os.geteuid() != 0:
+            pytest.skip("a block that starts Ray runs in a loopback-only network namespace: needs unshare and root")
+        command = [*LOOPBACK_ONLY, *command]
     return subprocess.run(
         command, cwd=directory, env=reader_env(directory), capture_output=True, text=True, timeout=TIMEOUT_S
     )
@@ -62,17 +71,24 @@ def run_block(block: Block, directory: Path) -> str:
     """Run ``block`` in ``directory``; its standard output. Fails the test when it fails or its shown output differs."""
     if block.language == "console":
         return _run_console(block, directory)
+    loopback_only = "ray" in block.marks.get("needs", "").split()
     if block.language == "python":
         script = directory / ("test_block.py" if "pytest" in block.marks else "block.py")
         script.write_text(block.code, encoding="utf-8")
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", script.name]
-        done = _run(command if "pytest" in block.marks else [sys.executable, script.name], directory)
+        done = _run(
+            command if "pytest" in block.marks else [sys.executable, script.name],
+            directory,
+            loopback_only=loopback_only,
+        )
     else:
-        done = _run(["bash", "-eo", "pipefail", "-c", block.code], directory)
+        done = _run(["bash", "-eo", "pipefail", "-c", block.code], directory, loopback_only=loopback_only)
     assert done.returncode == 0, f"{block.id} failed ({done.returncode}):\n{block.code}\n{done.stdout}\n{done.stderr}"
     if block.output is not None:
         shown = block.output.code
-        assert ellipsis_match(shown, done.stdout), f"{block.output.id} shows\n{shown}\nbut the block printed\n{done.stdout}"
+        assert ellipsis_match(shown, done.stdout), (
+            f"{block.output.id} shows\n{shown}\nbut the block printed\n{done.stdout}"
+        )
     return done.stdout
 
 
@@ -82,8 +98,12 @@ def _run_console(block: Block, directory: Path) -> str:
     for chunk in ("\n" + block.code).split("\n$ ")[1:]:
         command, _, shown = chunk.partition("\n")
         done = _run(["bash", "-eo", "pipefail", "-c", command], directory)
-        assert done.returncode == 0, f"{block.id}: `{command}` failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
-        assert ellipsis_match(shown, done.stdout), f"{block.id}: `{command}` is shown printing\n{shown}\nbut printed\n{done.stdout}"
+        assert done.returncode == 0, (
+            f"{block.id}: `{command}` failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+        )
+        assert ellipsis_match(shown, done.stdout), (
+            f"{block.id}: `{command}` is shown printing\n{shown}\nbut printed\n{done.stdout}"
+        )
         printed.append(done.stdout)
     return "".join(printed)
 

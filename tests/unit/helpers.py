@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 
@@ -20,6 +21,12 @@ from verl_otel_bridge.rl_insight.otlp import SERVICES_PATH
 
 #: Upper bound for any wait on another thread; never reached when things work.
 WAIT_S = 10.0
+
+#: On a test that forks a process with the bridge's threads running, on purpose: Python 3.12+
+#: warns that such a child may deadlock; what the child may touch is what the test checks.
+forks_on_purpose = pytest.mark.filterwarnings(
+    r"ignore:This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks:DeprecationWarning"
+)
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = WAIT_S, what: str = "condition") -> None:

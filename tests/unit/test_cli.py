@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge._version import install_command
 from verl_otel_bridge.cli import app as cli
 from verl_otel_bridge.cli import demo, doctor
 from verl_otel_bridge.records import record_to_span, span_to_record
@@ -93,7 +94,7 @@ def test_doctor_fails_when_rl_insight_is_wanted_but_absent(monkeypatch: pytest.M
     assert result.exit_code == 1, result.output
     assert "memory (fallback)" in result.output
     assert "not_installed" in result.output
-    assert "pip install 'verl-otel-bridge[rl-insight]'" in result.output
+    assert install_command("rl-insight") in result.output
     assert "NOT OK" in result.output
 
 
@@ -515,7 +516,7 @@ def test_replay_reports_a_missing_otlp_dependency(
     monkeypatch.setitem(sys.modules, "urllib3", None)
     result = run("replay", str(capture), "--to", "otlp")
     assert result.exit_code == 2
-    assert "pip install 'verl-otel-bridge[otlp]'" in result.stderr
+    assert install_command("otlp") in result.stderr
 
 
 # -- entry point, demo ---------------------------------------------------------------
@@ -531,7 +532,7 @@ def test_missing_cli_extra_is_one_clear_line(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert f"needs {missing!r}" in err and "pip install 'verl-otel-bridge[cli]'" in err
+    assert f"needs {missing!r}" in err and install_command("cli") in err
 
 
 def test_missing_cli_extra_in_a_fresh_process() -> None:
@@ -540,7 +541,7 @@ def test_missing_cli_extra_in_a_fresh_process() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "verl-otel-bridge: the command line needs 'click', which is not installed; "
-        "install it with: pip install 'verl-otel-bridge[cli]'"
+        f"install it with: {install_command('cli')}"
     ]
 
 

@@ -22,7 +22,7 @@ from verl_otel_bridge.protocol import (
     SESSION_SPAN_NAME,
 )
 
-from .helpers import WAIT_S, assert_balanced, finished, identity_of, wait_until
+from .helpers import WAIT_S, assert_balanced, finished, forks_on_purpose, identity_of, wait_until
 
 QUIET = {"progress_interval_s": 0, "straggler_factor": 0}
 
@@ -143,6 +143,7 @@ def test_odd_global_steps_values_never_reach_the_caller(make_bridge: Callable[..
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@forks_on_purpose
 def test_a_forked_child_starts_with_no_open_sessions_and_reports_its_own(make_bridge: Callable[..., Bridge]) -> None:
     bridge = make_bridge(exporter="memory", progress_interval_s=0.05)
     parent_session = bridge.start_session(sample=1, session=1, global_steps=1)

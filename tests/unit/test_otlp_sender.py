@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -23,6 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import verl_otel_bridge as vob
+from verl_otel_bridge._version import install_command
 from verl_otel_bridge.otlp.exporter import OtlpSpanExporter
 from verl_otel_bridge.otlp.sender import MAX_ATTEMPTS, OtlpHttpSender, OtlpSendError
 from verl_otel_bridge.otlp.settings import SenderSettings
@@ -302,9 +304,11 @@ def test_proxy_variables_are_honoured_unless_no_proxy_matches(serve: Any) -> Non
 
 def test_exporter_otlp_needs_urllib3_and_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "urllib3", None)
-    with pytest.raises(ValueError, match=r"exporter 'otlp' needs urllib3>=2.*pip install 'verl-otel-bridge\[otlp\]'"):
+    with pytest.raises(ValueError, match=r"exporter 'otlp' needs urllib3>=2.*" + re.escape(install_command("otlp"))):
         vob.configure(exporter="otlp")
-    with pytest.raises(ValueError, match=r"rl_insight_transport=otlp needs urllib3>=2.*verl-otel-bridge\[otlp\]"):
+    with pytest.raises(
+        ValueError, match=r"rl_insight_transport=otlp needs urllib3>=2.*" + re.escape(install_command("otlp"))
+    ):
         vob.configure(exporter="rl_insight", rl_insight_transport="otlp")
     auto = vob.configure(exporter="rl_insight", rl_insight_transport="auto")  # auto: the hub, no error
     assert auto.status()["rl_insight_transport"] == "auto"

@@ -25,7 +25,7 @@ from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.propagation import IDENTITY_KEY, TRACEPARENT_KEY, TRACESTATE_KEY, attach, inject
 from verl_otel_bridge.testing import SpanCapture
 
-from .helpers import identity_of
+from .helpers import forks_on_purpose, identity_of
 
 #: Bound for a child process to finish; never reached when things work.
 CHILD_TIMEOUT_S = 60.0
@@ -456,6 +456,7 @@ def _run_children(
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
+@forks_on_purpose
 def test_children_continue_the_parents_trace_and_identity(
     method: str, make_bridge: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -491,6 +492,7 @@ def test_children_continue_the_parents_trace_and_identity(
     assert all(r["attributes"]["state_lane_id"].startswith("experiment=default/sample=own-no-carrier/") for r in own)
 
 
+@forks_on_purpose
 def test_fork_child_that_only_calls_flush_on_exit_keeps_its_spans(
     make_bridge: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

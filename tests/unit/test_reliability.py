@@ -30,7 +30,7 @@ from verl_otel_bridge.accounting import balance
 from verl_otel_bridge.exporters.redacting import REDACTED
 
 from .fake_rl_insight import install_broken_rl_insight, usable_rl_insight
-from .helpers import WAIT_S, OtlpSink, assert_balanced, finished, identity_of, wait_until
+from .helpers import WAIT_S, OtlpSink, assert_balanced, finished, forks_on_purpose, identity_of, wait_until
 
 #: RL-Insight through ``trace_span``, the path the faults are injected into.
 HUB = {"exporter": "rl_insight", "rl_insight_transport": "hub"}
@@ -375,6 +375,7 @@ def _wait_child(pid: int, timeout_s: float) -> int:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@forks_on_purpose
 def test_fork_child_exports_its_spans_and_the_parents_queue_is_exported_once(tmp_path: Path) -> None:
     path = tmp_path / "spans.jsonl"
     bridge = vob.configure(exporter="jsonl", jsonl_path=str(path), schedule_delay_ms=600_000, max_queue_size=4096)

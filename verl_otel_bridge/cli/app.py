@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from verl_otel_bridge._version import __version__
+from verl_otel_bridge._version import __version__, install_command
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.cli.doctor import SERVER_TIMEOUT_S, diagnose
 from verl_otel_bridge.cli.replay import _start_ray_for, replay_records
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import click
 
 #: What to run when the ``cli`` extra is missing.
-INSTALL_HINT = "pip install 'verl-otel-bridge[cli]'"
+INSTALL_HINT = install_command("cli")
 
 #: Files at least this large get a progress bar in ``replay``.
 PROGRESS_MIN_BYTES = 1 << 20

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import verl_otel_bridge as vob
+from verl_otel_bridge._version import install_command
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.tree import render_tree
 
@@ -175,7 +176,7 @@ def main() -> None:
             from verl_otel_bridge.report import build_report
             from verl_otel_bridge.report.text import renderables
         except ImportError:
-            print("(the report needs the cli extra: pip install 'verl-otel-bridge[cli]')")
+            print(f"(the report needs the cli extra: {install_command('cli')})")
             return
         console = Console(highlight=False)
         for part in renderables(build_report([capture])):

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from verl_otel_bridge._version import __version__, distribution_version
+from verl_otel_bridge._version import __version__, distribution_version, install_command
 from verl_otel_bridge.config import ENV_PREFIX, BridgeConfig, value_sources
 from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.otlp.sender import OtlpHttpSender, OtlpSendError, import_urllib3
@@ -76,7 +76,7 @@ def check_server(server_url: str, timeout_s: float = SERVER_TIMEOUT_S) -> dict[s
 
 
 _HINTS = {
-    "not_installed": "install RL-Insight: pip install 'verl-otel-bridge[rl-insight]'",
+    "not_installed": f"install RL-Insight: {install_command('rl-insight')}",
     "import_failed": "repair the rl-insight installation (importing it fails; see the detail)",
     "no_version": "upgrade RL-Insight: pip install -U 'rl-insight>=0.3.0'",
     "version_unparsable": "reinstall RL-Insight so its package metadata is present: "

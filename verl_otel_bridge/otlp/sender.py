@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlparse
 
-from verl_otel_bridge._version import __version__
+from verl_otel_bridge._version import __version__, install_command
 from verl_otel_bridge.otlp.settings import DEFAULT_TIMEOUT_S, SenderSettings, check_url
 from verl_otel_bridge.secrets import mask_url
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import urllib3
 
 #: What to install when urllib3 is missing.
-INSTALL_HINT = "pip install 'verl-otel-bridge[otlp]'"
+INSTALL_HINT = install_command("otlp")
 #: Answers that mean "later": retried.
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 #: Attempts per request at most (OpenTelemetry's exporter makes six too).

@@ -17,6 +17,8 @@ import logging
 from collections.abc import Callable
 from types import ModuleType
 
+from verl_otel_bridge._version import install_command
+
 logger = logging.getLogger("verl_otel_bridge.verl.plugin")
 
 #: ``1``: trace verl's agent loops whatever its rollout-trace backend; ``0``: never;
@@ -51,7 +53,8 @@ def register() -> bool:
     except ImportError:
         logger.warning(
             "verl_otel_bridge: the verl plugin needs wrapt, which is not installed; verl's agent loops are "
-            "not traced. Install it with: pip install 'verl-otel-bridge[verl]'"
+            "not traced. Install it with: %s",
+            install_command("verl"),
         )
         return False
     for module, installer in HOOKS.items():

@@ -1,0 +1,99 @@
+"""What the package says about itself: the Pythons it claims, how to install it, the shortcuts' help."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import pydoc
+import re
+import sys
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import pytest
+
+import verl_otel_bridge as vob
+from verl_otel_bridge import _version
+from verl_otel_bridge._version import install_command
+from verl_otel_bridge.identity import IdentityFields
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the 3.10 session
+    tomllib = pytest.importorskip("tomli")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pyproject() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def nox_pythons() -> tuple[str, ...]:
+    """``PYTHONS`` of noxfile.py, read without importing nox."""
+    for node in ast.parse((ROOT / "noxfile.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["PYTHONS"]:
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("noxfile.py defines no PYTHONS")
+
+
+def test_the_classifiers_claim_exactly_the_pythons_the_unit_tests_run_on() -> None:
+    project = pyproject()["project"]
+    claimed = [c.rpartition(" :: ")[2] for c in project["classifiers"] if re.fullmatch(r".*Python :: 3\.\d+", c)]
+    assert claimed == list(nox_pythons())
+    assert project["requires-python"] == f">={nox_pythons()[0]}"
+
+
+def test_typed_package_says_so_and_ships_the_marker() -> None:
+    project = pyproject()
+    assert "Typing :: Typed" in project["project"]["classifiers"]
+    assert (ROOT / "verl_otel_bridge" / "py.typed").is_file()
+    assert "py.typed" in project["tool"]["setuptools"]["package-data"]["verl_otel_bridge"]
+    assert project["project"]["license"] == "Apache-2.0"
+    assert project["project"]["keywords"]
+
+
+def test_every_runtime_dependency_has_the_lower_bound_unit_oldest_installs() -> None:
+    for requirement in pyproject()["project"]["dependencies"]:
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+>=[0-9.]+", requirement), requirement
+
+
+def test_install_command_names_this_checkout_or_a_placeholder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert install_command("cli") == f"pip install '{ROOT}[cli]'"
+    monkeypatch.setattr(_version, "__file__", str(tmp_path / "site-packages" / "verl_otel_bridge" / "_version.py"))
+    assert install_command("otlp") == "pip install '/path/to/verl-otel-bridge[otlp]'"
+
+
+def test_nothing_tells_users_to_install_from_an_index() -> None:
+    """No package index serves the package: every install command points at a checkout or a wheel."""
+    index_form = re.compile(r"pip install\s+(?:-\S+\s+)*['\"]?verl[-_]otel[-_]bridge\b(?!-\d)")
+    files = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "verl_otel_bridge").rglob("*.py")]
+    found = [f"{path.relative_to(ROOT)}: {m.group(0)}" for path in files for m in index_form.finditer(path.read_text())]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "shortcut", [vob.session, vob.span, vob.task, vob.turn, vob.resume, vob.traced, vob.record_span, vob.status]
+)
+def test_help_of_each_shortcut_describes_it(shortcut: Any) -> None:
+    text = pydoc.render_doc(shortcut, renderer=pydoc.plaintext)
+    method = getattr(vob.Bridge, shortcut.__name__)
+    assert inspect.cleandoc(method.__doc__) in inspect.cleandoc(shortcut.__doc__)
+    assert "see :meth:" not in text
+    assert len(inspect.cleandoc(shortcut.__doc__).splitlines()) >= 3
+
+
+def test_identity_keywords_are_typed() -> None:
+    hints = get_type_hints(IdentityFields)
+    assert set(hints) == {
+        "sample",
+        "session",
+        "traj",
+        "uid",
+        "global_steps",
+        "session_id",
+        "project",
+        "experiment_name",
+    }
+    assert all(hint is not Any for hint in hints.values()), hints
+    assert hints["global_steps"] == int | None
