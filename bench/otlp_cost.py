@@ -1,7 +1,7 @@
 """Cost per span of ``exporter: otlp``: encoding, and encoding plus sending, before and after one OTLP path.
 
 Before: OpenTelemetry's ``OTLPSpanExporter`` (``opentelemetry-exporter-otlp-proto-http``,
-which the ``otlp`` extra used to install). After: the package's ``OtlpSpanExporter``
+a dependency the ``otlp`` extra does without). After: the package's ``OtlpSpanExporter``
 (its encoder and urllib3 sender). Both export the same agent-loop spans, made by a
 bridge (identity attributes on every span), in batches of 512 to one loopback
 OTLP/HTTP receiver in this process, alternating round by round so that both see

@@ -31,7 +31,7 @@ TARGET_C_US = 1.0
 TARGET_E_OVER_D = 0.25
 TARGET_RATE = 0.9
 TARGET_MEMORY_MB = 50.0
-#: Issue 9: the otlp transport against the hub path, both through the bridge.
+#: The otlp transport against the hub path, both through the bridge: the speed-up that makes it the default.
 TARGET_OTLP_OVER_HUB = 10.0
 
 

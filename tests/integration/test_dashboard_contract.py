@@ -1,4 +1,4 @@
-"""Issue 4: what a simulated agent loop sends satisfies RL-Insight's Agent Loop Trajectory dashboard.
+"""What a simulated agent loop sends satisfies RL-Insight's Agent Loop Trajectory dashboard.
 
 The dashboard (Tempo/TraceQL for spans, Prometheus for the hierarchy gauges) finds
 spans by attributes. Each query of its table is written out below as a Python

@@ -1,4 +1,4 @@
-"""Issue 3 with RL-Insight releases the bridge cannot forward to: none, 0.1.0, 0.2.0.
+"""RL-Insight releases the bridge cannot forward to: none, 0.1.0, 0.2.0.
 
 Asked for RL-Insight (``VERL_RL_INSIGHT_ENABLE=1``), the bridge must send every
 span to the fallback with its full identity, say why exactly once (a WARNING

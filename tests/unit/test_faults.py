@@ -1,4 +1,4 @@
-"""Fault classes found by adversarial use (issue 17): each shows the fault, then what holds now.
+"""Fault classes found by adversarial use: each test provokes the fault, then checks what must hold.
 
 Every test ends with the accounting invariant (``assert_balanced``).
 """
@@ -149,7 +149,7 @@ def test_async_generator_session_closed_from_another_task_does_not_raise(make_br
         async for _ in gen:
             break
         closer = asyncio.get_running_loop().create_task(gen.aclose())
-        await closer  # finalised in another task's context: used to raise ValueError here
+        await closer  # finalised in another task's context: must not raise ValueError
         assert current_identity() is None or current_identity().uid != "gen"  # type: ignore[union-attr]
 
     with warnings.catch_warnings():
@@ -210,7 +210,7 @@ def test_shutdown_and_exit_are_bounded_when_a_write_blocks_in_the_kernel(tmp_pat
         [sys.executable, "-c", STUCK_WRITER, str(tmp_path / "fifo"), exit_mode],
         capture_output=True,
         text=True,
-        timeout=60,  # the fault: this used to never end
+        timeout=60,  # the fault is a process that never ends: bounded
     )
     assert done.returncode == 0, done.stderr[-2000:]
     # shutdown_timeout_s=2 bounds shutdown; the rest is interpreter start-up and span making.
