@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,23 +254,26 @@ def doctor(monkeypatch: pytest.MonkeyPatch, endpoint: str, headers: str) -> tupl
 
 #: ``SCREENSHOT_DIR=docs/img nox -s backends`` refreshes the screenshots in docs/backends.md.
 SCREENSHOT_DIR_ENV = "SCREENSHOT_DIR"
-SCREENSHOT_S = 120.0
 
 
-def screenshot(url: str, name: str, tmp_path: Path) -> Path:
-    """A PNG of ``url`` taken by headless Chromium (into ``$SCREENSHOT_DIR`` if set); skips without Chromium."""
-    browser = chromium.command(tmp_path / f"chromium-{name}")
+def screenshot(
+    url: str,
+    name: str,
+    tmp_path: Path,
+    *,
+    shows: Sequence[str],
+    hides: Sequence[str] = (),
+    local_storage: Mapping[str, str] | None = None,
+) -> Path:
+    """A PNG of ``url`` by headless Chromium (into ``$SCREENSHOT_DIR`` if set) once it shows ``shows``.
+
+    ``local_storage`` is set in the server's origin first (the app's "already seen" flags);
+    the page must show none of ``hides`` (the popups those flags keep away). Skips without Chromium.
+    """
     assert url.startswith(f"http://{LOOPBACK}:"), url
     target = Path(os.environ.get(SCREENSHOT_DIR_ENV) or tmp_path) / f"{name}.png"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    command = [
-        *browser,
-        "--window-size=1440,900",
-        "--virtual-time-budget=20000",  # let the single-page app fetch and render its data
-        f"--screenshot={target}",
-        url,
-    ]
-    subprocess.run(command, check=True, timeout=SCREENSHOT_S, capture_output=True)
-    data = target.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n"), target
-    return target
+    shot = chromium.screenshot(
+        url, target, tmp_path / f"chromium-{name}", shows=shows, hides=hides, local_storage=local_storage
+    )
+    assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), shot
+    return shot

@@ -143,7 +143,24 @@ def test_status_shows_mlflows_refusal(mlflow_server: Mlflow, headers: str, refus
     assert (otlp["exported"], otlp["failed"], otlp["spilled"]) == (0, 0, sent.spans)
 
 
+#: MLflow's UI keeps its onboarding state in localStorage (``<key>_v<version>``, JSON values, read
+#: from MLflow 3.17.2's bundle): the "Detect issues" guidance popup, and the assistant panel it
+#: opens by itself on a local server's first visit.
+MLFLOW_SEEN = {
+    "mlflow.detectIssues.guidanceShown_v1": "true",
+    "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1": "true",
+    "mlflow.assistant.panelOpen_v1": "false",
+}
+
+
 def test_screenshot_of_the_traces_view(mlflow_server: Mlflow, received: Any, tmp_path: Path) -> None:
     url = f"{mlflow_server.server.url}/#/experiments/{mlflow_server.experiment_id}/traces"
-    shot = screenshot(url, "mlflow-traces", tmp_path)
+    shot = screenshot(
+        url,
+        "mlflow-traces",
+        tmp_path,
+        shows=["What is 6 x 7?", "42"],  # each session's request and response
+        hides=["Detect Issues in Your Traces", "Ask questions about your"],
+        local_storage=MLFLOW_SEEN,
+    )
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
