@@ -401,6 +401,23 @@ def test_replay_to_console_re_exports_every_span_exactly(tmp_path: Path, make_br
     assert "line 6: not JSON" in summary and "line 7: trace_id" in summary
 
 
+def test_replay_applies_redact_attributes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, make_bridge: Callable[..., Bridge]
+) -> None:
+    capture = tmp_path / "spans.jsonl"
+    records = make_capture(capture, make_bridge)
+    secret = next(key for record in records for key in record["attributes"] if key.endswith("tools"))
+    monkeypatch.setenv("VERL_OTEL_BRIDGE_REDACT_ATTRIBUTES", secret)
+    result = run("replay", str(capture), "--to", "console")
+    assert result.exit_code == 0, result.output
+    replayed = {r["span_id"]: r for r in (json.loads(line) for line in result.stdout.splitlines() if line.strip())}
+    assert set(replayed) == {r["span_id"] for r in records}
+    for record in records:
+        expected = {k: ("[REDACTED]" if k == secret else v) for k, v in record["attributes"].items()}
+        assert replayed[record["span_id"]]["attributes"] == expected
+    assert any(secret in r["attributes"] for r in records)
+
+
 def test_replay_to_rl_insight_forwards_with_ids(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, make_bridge: Callable[..., Bridge]
 ) -> None:

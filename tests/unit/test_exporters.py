@@ -209,3 +209,11 @@ def test_shutdown_summary_level(
     (summary,) = [r for r in caplog.records if "shut down" in r.getMessage()]
     assert summary.levelno == (logging.WARNING if worrying else logging.INFO)
     assert "ended=3" in summary.getMessage() and "unaccounted=0" in summary.getMessage()
+
+
+def test_every_exporter_name_the_config_accepts_is_a_kind_or_the_routes() -> None:
+    from verl_otel_bridge.config import EXPORTERS, FALLBACKS
+    from verl_otel_bridge.exporters.kinds import KINDS
+
+    assert set(EXPORTERS) == {"auto", "rl_insight", *KINDS}
+    assert set(FALLBACKS) <= set(KINDS)

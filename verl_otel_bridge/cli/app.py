@@ -34,12 +34,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.sdk.trace.export import SpanExporter
-
 from verl_otel_bridge._version import __version__, install_command
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.cli.doctor import SERVER_TIMEOUT_S, diagnose
-from verl_otel_bridge.cli.replay import _start_ray_for, replay_records
+from verl_otel_bridge.cli.replay import replay_pipeline, replay_records, start_ray_for
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.records import read_records
 
@@ -202,10 +200,6 @@ def build_cli() -> click.Group:
         """Re-export a JSONL capture, with its original ids and times, to RL-Insight, OTLP or the console."""
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-        from verl_otel_bridge.exporters.counting import CountingSpanExporter
-        from verl_otel_bridge.exporters.named import named_exporter
-        from verl_otel_bridge.rl_insight.exporter import RLInsightSpanExporter
-
         console = err()
         try:
             config = BridgeConfig.resolve()
@@ -213,19 +207,15 @@ def build_cli() -> click.Group:
             console.print(Text(str(exc)))
             ctx.exit(2)
         counts = SpanCounts()
-        exporter: SpanExporter
         try:
-            if target == "rl_insight":
-                exporter = RLInsightSpanExporter(config=config, counts=counts)
-            else:
-                exporter = CountingSpanExporter(named_exporter(target, config), counts, f"exported.{target}")
+            pipeline = replay_pipeline(config, target, counts)
         except ValueError as exc:  # e.g. otlp without its extra, an unwritable jsonl fallback
             console.print(Text(str(exc)))
             ctx.exit(2)
         ray = None
         if target == "rl_insight" and init_ray:
             try:
-                ray = _start_ray_for(config, lambda line: console.print(Text(line)))
+                ray = start_ray_for(config, lambda line: console.print(Text(line)))
             except Exception as exc:  # noqa: BLE001 - without Ray, spans go to the fallback and the summary says so
                 console.print(Text(f"starting Ray failed ({type(exc).__name__}: {exc}); RL-Insight will be unusable"))
         size = file.stat().st_size
@@ -243,15 +233,15 @@ def build_cli() -> click.Group:
                 task = progress.add_task("replay", total=size)
                 summary = replay_records(
                     stream,
-                    exporter,
+                    pipeline.exporter,
                     counts,
                     batch_size=batch_size or config.max_export_batch_size,
                     on_progress=lambda n: progress.advance(task, n),
                 )
-            route = exporter.status() if isinstance(exporter, RLInsightSpanExporter) else None
+            route = pipeline.rl_insight.status() if pipeline.rl_insight is not None else None
         finally:
             with contextlib.suppress(Exception):
-                exporter.shutdown()
+                pipeline.exporter.shutdown()
             if ray is not None:
                 with contextlib.suppress(Exception):
                     ray.shutdown()

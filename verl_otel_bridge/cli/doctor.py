@@ -12,14 +12,12 @@ import json
 import os
 import platform
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from verl_otel_bridge._version import __version__, distribution_version, install_command
 from verl_otel_bridge.config import ENV_PREFIX, BridgeConfig, value_sources
 from verl_otel_bridge.export.route import Route
-from verl_otel_bridge.otlp.sender import OtlpHttpSender, OtlpSendError, import_urllib3
-from verl_otel_bridge.otlp.settings import SenderSettings, check_protocol, traces_endpoint
+from verl_otel_bridge.exporters.kinds import check_exporter
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.rl_insight.otlp import fetch_services, trace_endpoint
 from verl_otel_bridge.secrets import Scrubber, mask_url, masked, secrets_in
@@ -87,83 +85,6 @@ _HINTS = {
     "e.g. http://<host>:<port>",
     "ray_not_initialized": "install Ray (pip install ray); RL-Insight exports only from processes where ray.init() ran",
 }
-
-
-#: An ``ExportTraceServiceRequest`` holding one ``ResourceSpans`` without spans: nothing is stored.
-#: MLflow answers a request without any ``resource_spans`` with 400 ("no spans found") even when its
-#: header is right; this one it checks for the header and accepts. It does not look the experiment up.
-EMPTY_EXPORT_REQUEST = b"\n\x00"
-
-
-def check_otlp_endpoint(endpoint: str, environ: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
-    """POST an empty export request to ``endpoint`` as the ``otlp`` exporter would (``OTEL_EXPORTER_OTLP_*``).
-
-    Returns ``{"endpoint", "ok", "answer", "fix"}``: ``answer`` is the server's
-    (status and the start of its body) or why nothing answered; ``fix`` what to change, or None.
-    """
-    sender = OtlpHttpSender.from_environment(endpoint, environ, default_timeout_s=timeout_s)
-    try:
-        sender.send(EMPTY_EXPORT_REQUEST)
-    except OtlpSendError as exc:
-        answer = str(exc)
-        return {"endpoint": sender.endpoint, "ok": False, "answer": answer, "fix": _otlp_fix(exc, sender.endpoint)}
-    finally:
-        sender.close()
-    return {"endpoint": sender.endpoint, "ok": True, "answer": "accepts OTLP export requests", "fix": None}
-
-
-def _otlp_fix(error: OtlpSendError, endpoint: str) -> str:
-    if "x-mlflow-experiment-id" in str(error):
-        return (
-            "MLflow needs the experiment to store traces in: "
-            "export OTEL_EXPORTER_OTLP_HEADERS=x-mlflow-experiment-id=<experiment id>"
-        )
-    if error.status == 404:
-        return f"nothing takes OTLP traces at {endpoint}: the traces URL usually ends in /v1/traces (otlp_endpoint)"
-    if error.status in (401, 403):
-        return "the endpoint wants credentials: put them in OTEL_EXPORTER_OTLP_HEADERS (e.g. authorization=...)"
-    if error.status == 415:
-        return "the endpoint does not take OTLP/HTTP protobuf: point otlp_endpoint at an OTLP/HTTP traces endpoint"
-    if error.status is None:
-        return (
-            f"nothing answers at {endpoint}: start the backend, or fix otlp_endpoint / "
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-        )
-    return "the server refused the request: see its answer above"
-
-
-def _local_check(name: str, config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
-    """What a local exporter would do with spans, and whether the bridge could build it (``otlp``: asked)."""
-    check: dict[str, Any] = {"exporter": name, "ok": True, "detail": ""}
-    if name == "memory":
-        check["detail"] = f"kept in this process only (the newest {config.memory_max_spans})"
-    elif name == "console":
-        check["detail"] = "one JSON line per span on standard output"
-    elif name == "none":
-        check["detail"] = "discarded"
-    elif name == "jsonl":
-        path = Path(config.jsonl_path).absolute()  # as the jsonl exporter opens it (no ~ expansion)
-        if path.exists():
-            writable = path.is_file() and os.access(path, os.W_OK)
-        else:  # the exporter creates the missing directories: the nearest existing one must take them
-            nearest = next((p for p in path.parents if p.exists()), Path("/"))
-            writable = nearest.is_dir() and os.access(nearest, os.W_OK | os.X_OK)
-        check["ok"] = writable
-        check["detail"] = f"appended to {path}" if writable else f"{path} cannot be written"
-    elif name == "otlp":
-        try:
-            check_protocol(environ)
-            endpoint, _ = traces_endpoint(environ, config.otlp_endpoint, "otlp_endpoint")
-            SenderSettings.from_environment(environ)
-            import_urllib3("exporter 'otlp'")
-        except ValueError as exc:
-            check["ok"] = False
-            check["detail"] = str(exc)
-        else:
-            answer = check_otlp_endpoint(endpoint, environ, timeout_s)
-            check.update(ok=answer["ok"], detail=f"OTLP/HTTP to {answer['endpoint']}: {answer['answer']}")
-            check["fix"] = answer["fix"]
-    return check
 
 
 def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SERVER_TIMEOUT_S) -> dict[str, Any]:
@@ -289,7 +210,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
     else:
         route.update(preferred=planned.local, destination=planned.local, reason="configured", detail=planned.why)
     for index, name in enumerate(planned.names):
-        check = _local_check(name, config, env, timeout_s)
+        check = check_exporter(name, config, env, timeout_s)
         if check.get("fix"):
             hints.append(check["fix"])
         if index == 0:

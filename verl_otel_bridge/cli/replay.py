@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import importlib.metadata
 import importlib.util
@@ -17,6 +18,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from verl_otel_bridge._version import distribution_version
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.export.pipeline import Pipeline, build_pipeline
 from verl_otel_bridge.records import iter_lines, record_to_span
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 
@@ -93,7 +95,17 @@ def replay_records(
     return summary
 
 
-def _start_ray_for(config: BridgeConfig, say: Callable[[str], None]) -> Any:
+def replay_pipeline(config: BridgeConfig, target: str, counts: SpanCounts) -> Pipeline:
+    """The bridge's exporter chain for ``target`` as ``config`` sets it up (``redact_attributes`` included),
+    with spilling off: a replayed capture is already on disk.
+
+    Raises:
+        ValueError: ``target`` cannot be built (e.g. ``otlp`` without its extra, an unwritable jsonl fallback).
+    """
+    return build_pipeline(dataclasses.replace(config, exporter=target, spill_max_bytes=0), counts)
+
+
+def start_ray_for(config: BridgeConfig, say: Callable[[str], None]) -> Any:
     """Start (or join, with ``RAY_ADDRESS``) Ray when RL-Insight is otherwise usable; the module, or None."""
     static = rl_insight_compat.probe_module(config.rl_insight_min_version)
     url = rl_insight_compat.server_url(config.rl_insight_server_url, config.rl_insight_config)

@@ -16,8 +16,8 @@ from verl_otel_bridge.export.spill import Spill, SpillingSpanExporter, SpillSett
 from verl_otel_bridge.exporters.base import exporter_report
 from verl_otel_bridge.exporters.counting import CountingSpanExporter
 from verl_otel_bridge.exporters.fanout import FanOutSpanExporter
+from verl_otel_bridge.exporters.kinds import inline, named_exporter
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
-from verl_otel_bridge.exporters.named import INLINE, named_exporter
 from verl_otel_bridge.exporters.redacting import RedactingSpanExporter
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
         pipeline.memory = pipeline.memory or next(
             (e for e in copies.values() if isinstance(e, BoundedMemorySpanExporter)), None
         )
-        if not INLINE.issuperset(others):
+        if not inline(others):
             pipeline.queue = _queue(config)
     if config.redact_attributes:
         pipeline.exporter = RedactingSpanExporter(pipeline.exporter, config.redact_attributes)
@@ -103,7 +103,7 @@ def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
 
 def _queued(route: Route) -> bool:
     """Whether spans of ``route`` go through the export queue (some exporter does I/O)."""
-    return route.wants_rl_insight or not INLINE.issuperset(route.names)
+    return route.wants_rl_insight or not inline(route.names)
 
 
 def _primary(route: Route, config: BridgeConfig, counts: SpanCounts, spill: Spill | None) -> Pipeline:
@@ -119,7 +119,7 @@ def _primary(route: Route, config: BridgeConfig, counts: SpanCounts, spill: Spil
     local = named_exporter(route.local, config)
     key = f"exported.{route.local}"
     destinations: dict[str, SpanExporter] = {route.local: local}
-    if route.local in INLINE:
+    if inline((route.local,)):
         return Pipeline(CountingSpanExporter(local, counts, key), _memory(local), None, None, route, destinations)
     counted = (
         SpillingSpanExporter(local, counts, key, spill)

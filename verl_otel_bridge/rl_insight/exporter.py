@@ -15,7 +15,7 @@ from verl_otel_bridge import protocol
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.attributes import attributes_dict
 from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.exporters.named import named_exporter
+from verl_otel_bridge.exporters.kinds import named_exporter
 from verl_otel_bridge.exporters.redacting import redact
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
