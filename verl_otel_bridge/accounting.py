@@ -24,10 +24,31 @@ from typing import Any
 
 from verl_otel_bridge.forks import reinit_after_fork
 
+# Counter names (``status()["counters"]``), for every writer and reader; ``unfinished`` is
+# :data:`~verl_otel_bridge.protocol.UNFINISHED`, the status of the sessions it counts.
+STARTED, ENDED = "started", "ended"
+FALLBACK, SPILLED, SAMPLED_OUT, DROPPED, FAILED = "fallback", "spilled", "sampled_out", "dropped", "failed"
+INVALID, CONVERTED, PROGRESS = "invalid", "converted", "progress"
+SPILL_WRITTEN, SPILL_DRAINED, SAMPLING_RELEASED = "spill_written", "spill_drained", "sampling_released"
+RL_INSIGHT_UNCONFIRMED, RL_INSIGHT_ERRORS = "rl_insight_unconfirmed", "rl_insight_errors"
+OTLP_FAILED_BATCHES = "otlp_failed_batches"
+SESSION_GAUGES_PUBLISHED, SESSION_GAUGES_FAILED = "session_gauges_published", "session_gauges_failed"
+SESSION_GAUGES_DROPPED = "session_gauges_dropped"
+VERL_METRICS_SKIPPED, VERL_METRICS_FAILED = "verl.metrics_skipped", "verl.metrics_failed"
 #: Counted on every span start and end, so they get lock-free counters.
-HOT_KEYS = ("started", "ended")
+HOT_KEYS = (STARTED, ENDED)
 #: The buckets of the equation besides ``exported.<name>``.
-TERMINAL_KEYS = ("fallback", "spilled", "sampled_out", "dropped", "failed")
+TERMINAL_KEYS = (FALLBACK, SPILLED, SAMPLED_OUT, DROPPED, FAILED)
+
+
+def exported(name: str) -> str:
+    """The counter of spans exporter ``name`` accepted (a bucket of the equation)."""
+    return f"exported.{name}"
+
+
+def copied(name: str, *, ok: bool = True) -> str:
+    """The counter of copies exporter ``name`` accepted (``ok``) or refused."""
+    return f"copies.{name}" if ok else f"copies_failed.{name}"
 
 
 class HotCounter:
@@ -82,7 +103,7 @@ class SpanCounts:
             with self._lock:
                 self._counts[key] = self._counts.get(key, 0) + amount
                 move: tuple[str, list[int]] | None = getattr(self._moving, "move", None)
-                if move is not None and amount > 0 and (key in TERMINAL_KEYS or key.startswith("exported.")):
+                if move is not None and amount > 0 and (key in TERMINAL_KEYS or key.startswith(exported(""))):
                     source, left = move
                     taken = min(amount, left[0])
                     self._counts[source] = self._counts.get(source, 0) - taken

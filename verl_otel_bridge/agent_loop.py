@@ -19,13 +19,28 @@ from opentelemetry.trace import Span, Status, StatusCode
 from verl_otel_bridge.attributes import AttributeValue, _to_json, to_text
 from verl_otel_bridge.identity import current_identity
 from verl_otel_bridge.protocol import (
+    ACCURACY,
+    COMPLETION_TOKENS,
+    CONTENT,
+    ERROR,
     FAILED_STATUSES,
+    FINISH_REASON,
+    FINISHED,
     GEN_AI_AGENT_NAME,
     GEN_AI_CONVERSATION_ID,
     GEN_AI_OPERATION,
     GEN_AI_TWINS,
+    INVOKE_AGENT,
+    PROMPT_TOKENS,
+    REASONING,
+    REWARD,
+    REWARD_POSTED,
+    STATUS,
     TASK_NAME,
+    TASK_SOURCE,
     TASK_SPAN_NAME,
+    TOOL_ARGS,
+    TOOLS,
     TRACE_SOURCE,
     TURN,
     TURN_OPERATIONS,
@@ -80,12 +95,12 @@ class TaskHandle(_Handle):
         span status to ERROR, described by ``error`` (else by the status).
         """
         values = {
-            "status": status,
-            "reward": reward,
-            "accuracy": accuracy,
-            "finished": finished,
-            "error": _error_text(error) if error is not None else None,
-            "reward_posted": reward_posted,
+            STATUS: status,
+            REWARD: reward,
+            ACCURACY: accuracy,
+            FINISHED: finished,
+            ERROR: _error_text(error) if error is not None else None,
+            REWARD_POSTED: reward_posted,
         }
         self._set(values)
         if status is not None and to_text(status).lower() in FAILED_STATUSES:
@@ -127,17 +142,17 @@ class TurnHandle(_Handle):
             except Exception:  # noqa: BLE001 - e.g. a cycle; the caller must not see it
                 tool_args = to_text(tool_args)
         values: dict[str, Any] = {
-            "finish_reason": finish_reason,
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "tools": tool_names,
-            "tool_args": tool_args,
-            "content": content,
-            "reasoning": reasoning,
+            FINISH_REASON: finish_reason,
+            PROMPT_TOKENS: prompt_tokens,
+            COMPLETION_TOKENS: completion_tokens,
+            TOOLS: tool_names,
+            TOOL_ARGS: tool_args,
+            CONTENT: content,
+            REASONING: reasoning,
         }
         for key, twin in GEN_AI_TWINS.items():
             value = values[key]
-            values[twin] = (value,) if key == "finish_reason" and value is not None else value
+            values[twin] = (value,) if key == FINISH_REASON and value is not None else value
         self._set(values)
 
 
@@ -145,15 +160,15 @@ class TurnHandle(_Handle):
 def task_span(bridge: SpanSource, name: str, attributes: Mapping[str, Any]) -> Iterator[TaskHandle]:
     """An ``agent_task`` span; an exception sets ``status="error"`` and ``error``, then propagates."""
     base = {
-        TRACE_SOURCE: "task",
+        TRACE_SOURCE: TASK_SOURCE,
         TASK_NAME: to_text(name),
-        GEN_AI_OPERATION: "invoke_agent",
+        GEN_AI_OPERATION: INVOKE_AGENT,
         GEN_AI_AGENT_NAME: to_text(name),
         **_conversation(),
     }
     # The keys that make it a task for the dashboard are the bridge's; the caller's attributes cannot replace them.
     with bridge.span(
-        TASK_SPAN_NAME, **{**base, **attributes, TRACE_SOURCE: "task", TASK_NAME: base[TASK_NAME]}
+        TASK_SPAN_NAME, **{**base, **attributes, TRACE_SOURCE: TASK_SOURCE, TASK_NAME: base[TASK_NAME]}
     ) as span:
         handle = TaskHandle(span, bridge.clean_attributes)
         try:

@@ -32,7 +32,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import Tracer, set_span_in_context
 
-from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.accounting import PROGRESS, SpanCounts
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.identity import SessionIdentity, current_identity
 from verl_otel_bridge.protocol import (
@@ -251,7 +251,7 @@ class InflightSessions(SpanProcessor):
             PROGRESS_SPAN_NAME, context=set_span_in_context(open_session.span), attributes=attributes, start_time=now_ns
         )
         span.end(end_time=now_ns)
-        self._counts.add("progress")
+        self._counts.add(PROGRESS)
 
     def _watch(self, sessions: list[OpenSession], now_ns: int) -> None:
         steps = self._durations.copy()
@@ -306,7 +306,7 @@ class InflightSessions(SpanProcessor):
         self._by_span.clear()
         self._by_lane.clear()
         if ended:
-            self._counts.add("unfinished", ended)
+            self._counts.add(UNFINISHED, ended)
             logger.warning("%d sessions were still open at shutdown; ended with status=%r", ended, UNFINISHED)
         return ended
 

@@ -19,29 +19,24 @@ PROGRESS_SPAN_NAME = "agent_session.progress"
 # -- the session identity: the keys RL-Insight's Agent Loop dashboard groups spans by ---
 
 #: Identity keys, in the order RL-Insight 0.3.0 builds them.
-IDENTITY_KEYS = (
-    "project",
-    "experiment_name",
-    "sample",
-    "session",
-    "traj",
-    "state_lane_id",
-    "uid",
-    "global_steps",
-    "session_id",
-)
+PROJECT, EXPERIMENT_NAME, SAMPLE, SESSION, TRAJ = "project", "experiment_name", "sample", "session", "traj"
+STATE_LANE_ID, UID, GLOBAL_STEPS, SESSION_ID = "state_lane_id", "uid", "global_steps", "session_id"
+IDENTITY_KEYS = (PROJECT, EXPERIMENT_NAME, SAMPLE, SESSION, TRAJ, STATE_LANE_ID, UID, GLOBAL_STEPS, SESSION_ID)
 #: ``experiment_name`` when neither the caller nor the config names one
 #: (verl's ``RolloutTraceConfig`` uses the same default).
 DEFAULT_EXPERIMENT_NAME = "default"
 
 # -- RL-Insight's dashboard keys -------------------------------------------------------
 
-#: Marks spans for RL-Insight's dashboard: ``session`` for sessions, ``task`` for tasks.
+#: Marks spans for RL-Insight's dashboard: :data:`SESSION_SOURCE` for sessions, :data:`TASK_SOURCE` for tasks.
 TRACE_SOURCE = "monitor.trace_source"
+SESSION_SOURCE = "session"
+TASK_SOURCE = "task"
 #: Per-trajectory summaries (``chain_id``, ``reward_score``, ``num_turns``) as a JSON
 #: list, so RL-Insight's trajectory gauges can be published from the exported span.
 TRAJECTORIES = "monitor.trajectories"
-TRAJECTORY_FIELDS = ("chain_id", "reward_score", "num_turns")
+CHAIN_ID, REWARD_SCORE, NUM_TURNS = "chain_id", "reward_score", "num_turns"
+TRAJECTORY_FIELDS = (CHAIN_ID, REWARD_SCORE, NUM_TURNS)
 #: How a session or task ended (``success``, ``error``, ``cancelled``, ``unfinished``, or the caller's).
 STATUS = "status"
 #: The ``status`` of a session the bridge ended at shutdown because it was still open.
@@ -49,25 +44,30 @@ UNFINISHED = "unfinished"
 #: A task's reward (``TaskHandle.set_result``) and its error text.
 REWARD = "reward"
 ERROR = "error"
+FINISHED = "finished"
 #: What ``Session.finish`` sets on the session span (the dashboard's Session summary).
-SESSION_RESULT_KEYS = ("runner_name", STATUS, "num_trajectories", "reward_source", "finished")
+RUNNER_NAME = "runner_name"
+NUM_TRAJECTORIES = "num_trajectories"
+REWARD_SOURCE = "reward_source"
+SESSION_RESULT_KEYS = (RUNNER_NAME, STATUS, NUM_TRAJECTORIES, REWARD_SOURCE, FINISHED)
 #: What ``TaskHandle.set_result`` sets (the dashboard's Task summary).
 TASK_NAME = "task_name"
-TASK_RESULT_KEYS = (STATUS, REWARD, "accuracy", "finished", ERROR, "reward_posted")
+ACCURACY = "accuracy"
+REWARD_POSTED = "reward_posted"
+TASK_RESULT_KEYS = (STATUS, REWARD, ACCURACY, FINISHED, ERROR, REWARD_POSTED)
 #: What a turn carries: an integer ``turn`` and its ``type`` (the dashboard's Turn details).
 TURN = "turn"
 TURN_TYPE = "type"
+#: The turn types the dashboard knows (``turn(type=...)``); others are passed through.
+GENERATE_TURN, TOOL_TURN = "generate", "tool"
+FINISH_REASON = "finish_reason"
 PROMPT_TOKENS = "prompt_tokens"
 COMPLETION_TOKENS = "completion_tokens"
-TURN_RECORD_KEYS = (
-    "finish_reason",
-    PROMPT_TOKENS,
-    COMPLETION_TOKENS,
-    "tools",
-    "tool_args",
-    "content",
-    "reasoning",
-)
+TOOLS = "tools"
+TOOL_ARGS = "tool_args"
+CONTENT = "content"
+REASONING = "reasoning"
+TURN_RECORD_KEYS = (FINISH_REASON, PROMPT_TOKENS, COMPLETION_TOKENS, TOOLS, TOOL_ARGS, CONTENT, REASONING)
 
 # -- progress records: what an ``agent_session.progress`` span carries besides the identity --
 
@@ -93,15 +93,17 @@ SERVER_ADDRESS = "server.address"
 GEN_AI_OPERATION = "gen_ai.operation.name"
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+#: ``gen_ai.operation.name`` of sessions and tasks, of generate turns and of tool turns.
+INVOKE_AGENT, CHAT, EXECUTE_TOOL = "invoke_agent", "chat", "execute_tool"
 #: ``turn(type=...)`` -> ``gen_ai.operation.name``; other types are passed through.
-TURN_OPERATIONS = {"generate": "chat", "tool": "execute_tool"}
+TURN_OPERATIONS = {GENERATE_TURN: CHAT, TOOL_TURN: EXECUTE_TOOL}
 #: Each dashboard turn field and its GenAI twin (``finish_reason`` becomes a one-item list).
 GEN_AI_TWINS = {
-    "finish_reason": "gen_ai.response.finish_reasons",
-    "prompt_tokens": "gen_ai.usage.input_tokens",
-    "completion_tokens": "gen_ai.usage.output_tokens",
-    "tools": "gen_ai.tool.name",
-    "tool_args": "gen_ai.tool.call.arguments",
+    FINISH_REASON: "gen_ai.response.finish_reasons",
+    PROMPT_TOKENS: "gen_ai.usage.input_tokens",
+    COMPLETION_TOKENS: "gen_ai.usage.output_tokens",
+    TOOLS: "gen_ai.tool.name",
+    TOOL_ARGS: "gen_ai.tool.call.arguments",
 }
 
 # -- what the hub path adds: RL-Insight's ``trace_span`` has no ids or status ------------
@@ -114,12 +116,11 @@ STATUS_DESCRIPTION = "otel.status_description"
 
 # -- what the verl plugin adds (verl_otel_bridge.verl.tracing) ------------------------------
 
-#: On the session span, from verl's trajectory and its ``_run_agent_loop`` result.
+#: On the session span, from verl's trajectory and its ``_run_agent_loop`` result
+#: (besides :data:`REWARD_SCORE` and :data:`NUM_TURNS`).
 VALIDATE = "validate"
 AGENT_NAME = "agent_name"
-REWARD_SCORE = "reward_score"
 REWARD_EXTRA_INFO = "reward_extra_info"
-NUM_TURNS = "num_turns"
 RESPONSE_LENGTH = "response_length"
 #: On the session span: verl's own per-trajectory metrics (``AgentLoopMetrics``), prefixed.
 VERL_METRIC_PREFIX = "verl."
@@ -143,20 +144,19 @@ FAILED_STATUSES = ("error", "failed", "failure", "cancelled", "canceled", "abort
 
 INPUT = "input"
 OUTPUT = "output"
-CONTENT = "content"
 
 # -- the generic vocabulary: what ``exporter: otlp`` adds for OpenInference / GenAI backends ---
 
 #: Native identity key -> its key in the generic vocabulary (keys not listed are kept):
 #: Phoenix nests attributes by their dots, so a plain ``session`` would hide ``session.id``.
-GENERIC_IDENTITY_KEYS = {"session": "session.index"}
+GENERIC_IDENTITY_KEYS = {SESSION: "session.index"}
 SESSION_ID = "session.id"
 USER_ID = "user.id"
 SPAN_KIND = "openinference.span.kind"
 #: ``openinference.span.kind`` by span name, and by ``gen_ai.operation.name`` for the
 #: operations the backends do not map themselves (``chat`` they do: LLM / CHAT_MODEL).
 NAME_KINDS = {SESSION_SPAN_NAME: "AGENT", TASK_SPAN_NAME: "CHAIN"}
-OPERATION_KINDS = {"invoke_agent": "AGENT", "execute_tool": "TOOL"}
+OPERATION_KINDS = {INVOKE_AGENT: "AGENT", EXECUTE_TOOL: "TOOL"}
 REWARD_KIND = "EVALUATOR"
 DEFAULT_KIND = "CHAIN"
 INPUT_VALUE = "input.value"

@@ -15,8 +15,15 @@ from verl_otel_bridge.attributes import to_text
 from verl_otel_bridge.identity import SessionIdentity
 from verl_otel_bridge.protocol import (
     FAILED_STATUSES,
+    FINISHED,
     GEN_AI_CONVERSATION_ID,
     GEN_AI_OPERATION,
+    INVOKE_AGENT,
+    NUM_TRAJECTORIES,
+    REWARD_SOURCE,
+    RUNNER_NAME,
+    SESSION_SOURCE,
+    STATUS,
     TRACE_SOURCE,
     TRAJECTORIES,
     TRAJECTORY_FIELDS,
@@ -27,7 +34,7 @@ logger = logging.getLogger("verl_otel_bridge.session")
 
 def session_start_attributes(identity: SessionIdentity) -> dict[str, Any]:
     """What an ``agent_session`` span carries from its start (besides the identity)."""
-    attributes: dict[str, Any] = {TRACE_SOURCE: "session", GEN_AI_OPERATION: "invoke_agent"}
+    attributes: dict[str, Any] = {TRACE_SOURCE: SESSION_SOURCE, GEN_AI_OPERATION: INVOKE_AGENT}
     if identity.session_id:
         attributes[GEN_AI_CONVERSATION_ID] = identity.session_id
     return attributes
@@ -105,11 +112,11 @@ class Session:
             logger.warning("session finish(trajectories=%r): not a sequence; recorded as none", trajectories)
             self.trajectories = ()
         attributes: dict[str, Any] = {
-            "runner_name": to_text(runner_name) if runner_name else "",
-            "status": self.status,
-            "num_trajectories": len(self.trajectories),
-            "reward_source": to_text(reward_source) if reward_source else "",
-            "finished": bool(finished) if finished is not None else "",
+            RUNNER_NAME: to_text(runner_name) if runner_name else "",
+            STATUS: self.status,
+            NUM_TRAJECTORIES: len(self.trajectories),
+            REWARD_SOURCE: to_text(reward_source) if reward_source else "",
+            FINISHED: bool(finished) if finished is not None else "",
         }
         if self.trajectories:
             attributes[TRAJECTORIES] = _trajectory_summaries(self.trajectories)

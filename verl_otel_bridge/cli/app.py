@@ -145,7 +145,7 @@ def build_cli() -> click.Group:
     @click.option("--top", default=5, show_default=True, type=click.IntRange(min=1), help="Slowest sessions per step.")
     @click.option(
         "--straggler-factor",
-        default=3.0,
+        default=BridgeConfig.straggler_factor,
         show_default=True,
         type=click.FloatRange(min=0, min_open=True),
         help="A session slower than this many times its step's median is a straggler.",

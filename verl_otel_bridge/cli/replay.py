@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from verl_otel_bridge._version import distribution_version
-from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.accounting import FAILED, FALLBACK, SpanCounts
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export.pipeline import Pipeline, build_pipeline
 from verl_otel_bridge.records import iter_lines, record_to_span
@@ -39,11 +39,11 @@ class ReplaySummary:
 
     @property
     def fallback(self) -> int:
-        return int(self.counters.get("fallback", 0))
+        return int(self.counters.get(FALLBACK, 0))
 
     @property
     def failed(self) -> int:
-        return int(self.counters.get("failed", 0))
+        return int(self.counters.get(FAILED, 0))
 
 
 def replay_records(
@@ -70,7 +70,7 @@ def replay_records(
         try:
             exporter.export(list(batch))
         except Exception:  # noqa: BLE001 - one bad batch must not end the replay
-            counts.add("failed", len(batch))
+            counts.add(FAILED, len(batch))
         batch.clear()
 
     for number, size, record, problem in iter_lines(stream):

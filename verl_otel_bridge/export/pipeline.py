@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.accounting import SpanCounts, copied, exported
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export.queue import QueueSettings
 from verl_otel_bridge.export.route import Route
@@ -64,8 +64,8 @@ class Pipeline:
             else:
                 entry = {
                     "role": "copy",
-                    "exported": counters.get(f"copies.{name}", 0),
-                    "failed": counters.get(f"copies_failed.{name}", 0),
+                    "exported": counters.get(copied(name), 0),
+                    "failed": counters.get(copied(name, ok=False), 0),
                     "spilled": 0,
                 }
             if self.rl_insight is not None and exporter is self.rl_insight:
@@ -117,7 +117,7 @@ def _primary(route: Route, config: BridgeConfig, counts: SpanCounts, spill: Spil
             rl_insight, _memory(rl_insight.fallback), rl_insight, _queue(config), route, {"rl_insight": rl_insight}
         )
     local = named_exporter(route.local, config)
-    key = f"exported.{route.local}"
+    key = exported(route.local)
     destinations: dict[str, SpanExporter] = {route.local: local}
     if inline((route.local,)):
         return Pipeline(CountingSpanExporter(local, counts, key), _memory(local), None, None, route, destinations)

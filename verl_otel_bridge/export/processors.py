@@ -11,7 +11,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.accounting import DROPPED, FAILED, SpanCounts
 from verl_otel_bridge.export.queue import ExportQueue, QueueSettings
 from verl_otel_bridge.export.sampling import SessionSampler
 from verl_otel_bridge.export.spill import FROM_QUEUE, Spill
@@ -133,18 +133,18 @@ class ExportSpanProcessor(SpanProcessor):
             if self.spill is not None:
                 self.spill.offer(span)
             else:
-                self.counts.add("dropped")
+                self.counts.add(DROPPED)
 
     def _uncount_dropped(self, spans: int) -> None:
         # A batch counted as dropped at shutdown was exported (and counted) after all.
-        self.counts.add("dropped", -spans)
+        self.counts.add(DROPPED, -spans)
 
     def export_batch(self, spans: Sequence[ReadableSpan]) -> None:
         """Export ``spans``; exporters in the bridge count their own outcome."""
         try:
             self.exporter.export(spans)
         except Exception:
-            self.counts.add("failed", len(spans))
+            self.counts.add(FAILED, len(spans))
             logger.exception("exporter %s raised; %d spans lost", type(self.exporter).__name__, len(spans))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -172,7 +172,7 @@ class ExportSpanProcessor(SpanProcessor):
         self._shut_down = True
         deadline = time.monotonic() + timeout_s
         if self.queue is not None:
-            self.counts.add("dropped", self.queue.shutdown(timeout_s))
+            self.counts.add(DROPPED, self.queue.shutdown(timeout_s))
         if self.spill is not None:
             self.spill.shutdown(_millis_left(deadline) / 1000)
 

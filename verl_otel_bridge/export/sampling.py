@@ -38,10 +38,10 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.accounting import SAMPLED_OUT, SAMPLING_RELEASED, SpanCounts
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export.budget import span_size
-from verl_otel_bridge.protocol import SESSION_SPAN_NAME, TASK_RESULT_KEYS, TRAJECTORIES
+from verl_otel_bridge.protocol import REWARD, SESSION_SPAN_NAME, TRAJECTORIES
 
 #: Decisions remembered for spans that end after their session (e.g. reported in bulk).
 MAX_DECISIONS = 100_000
@@ -139,7 +139,7 @@ class SessionSampler:
             if decided is not None:
                 if decided:
                     return [span]
-                self.counts.add("sampled_out")
+                self.counts.add(SAMPLED_OUT)
                 return []
             if span.name == SESSION_SPAN_NAME:
                 spans = self._take(key)
@@ -148,7 +148,7 @@ class SessionSampler:
                 self._remember(key, keep)
                 if keep:
                     return spans
-                self.counts.add("sampled_out", len(spans))
+                self.counts.add(SAMPLED_OUT, len(spans))
                 return []
             self._held.setdefault(key, []).append(span)
             size = span_size(span)
@@ -171,7 +171,7 @@ class SessionSampler:
     def _release(self, key: SessionKey) -> list[ReadableSpan]:
         spans = self._take(key)
         self._remember(key, True)
-        self.counts.add("sampling_released", len(spans))
+        self.counts.add(SAMPLING_RELEASED, len(spans))
         return spans
 
     def _take(self, key: SessionKey) -> list[ReadableSpan]:
@@ -209,7 +209,7 @@ def _reward(spans: list[ReadableSpan]) -> float | None:
     found: list[float] = []
     for span in spans:
         attributes = span.attributes or {}
-        reward = attributes.get(TASK_RESULT_KEYS[1])
+        reward = attributes.get(REWARD)
         if isinstance(reward, (int, float)) and not isinstance(reward, bool):
             found.append(float(reward))
         trajectories = attributes.get(TRAJECTORIES)

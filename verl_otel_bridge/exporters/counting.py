@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.accounting import FAILED, SpanCounts
 from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out_reader
 
 logger = logging.getLogger("verl_otel_bridge.exporters")
@@ -36,5 +36,5 @@ class CountingSpanExporter(WrappingSpanExporter):
             result = SpanExportResult.FAILURE
         accepted = len(spans) - self._left_out() if result is SpanExportResult.SUCCESS else 0
         self.counts.add(self.key, accepted)
-        self.counts.add("failed", len(spans) - accepted)
+        self.counts.add(FAILED, len(spans) - accepted)
         return result

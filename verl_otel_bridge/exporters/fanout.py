@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.accounting import SpanCounts, copied
 
 logger = logging.getLogger("verl_otel_bridge.exporters")
 
@@ -33,7 +33,7 @@ class FanOutSpanExporter(SpanExporter):
             except Exception:
                 logger.exception("exporter %s raised on %d spans", name, len(spans))
                 ok = False
-            self.counts.add(f"copies.{name}" if ok else f"copies_failed.{name}", len(spans))
+            self.counts.add(copied(name, ok=ok), len(spans))
         return self.primary.export(spans)
 
     def shutdown(self) -> None:

@@ -20,9 +20,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.protocol import (
     COMPLETION_TOKENS,
     ERROR,
+    GENERATE_TURN,
+    GLOBAL_STEPS,
     PROGRESS_ELAPSED_S,
     PROGRESS_LAST_SPAN,
     PROGRESS_SPAN_NAME,
@@ -30,14 +33,19 @@ from verl_otel_bridge.protocol import (
     PROGRESS_TURNS,
     PROMPT_TOKENS,
     REWARD,
+    REWARD_SCORE,
+    SAMPLE,
     SERVER_ADDRESS,
+    SESSION,
     SESSION_SPAN_NAME,
+    STATE_LANE_ID,
     STATUS,
     TASK_SPAN_NAME,
     TRAJECTORIES,
     TURN,
     TURN_SPAN_NAME,
     TURN_TYPE,
+    UID,
     UNFINISHED,
 )
 from verl_otel_bridge.records import iter_lines
@@ -50,8 +58,8 @@ MAX_SCATTER_POINTS = 500
 MAX_BAD_LINES = 20
 _NS = 1e9
 #: A session slower than this many times its step's median is called a straggler
-#: (the bridge's own watchdog default, ``straggler_factor``, is the same).
-DEFAULT_STRAGGLER_FACTOR = 3.0
+#: (the bridge's own watchdog default, ``straggler_factor``).
+DEFAULT_STRAGGLER_FACTOR: float = BridgeConfig.straggler_factor
 
 #: How a session ended, as far as the capture shows.
 FINISHED, UNFINISHED_KIND, HUNG, PARTIAL = "finished", "unfinished", "hung", "partial"
@@ -180,9 +188,9 @@ class _Session:
     )
 
     def __init__(self, attributes: dict[str, Any]) -> None:
-        self.uid = sys.intern(str(attributes.get("uid", "")))  # one string per group, not per session
-        self.sample = str(attributes.get("sample", ""))
-        self.session = str(attributes.get("session", ""))
+        self.uid = sys.intern(str(attributes.get(UID, "")))  # one string per group, not per session
+        self.sample = str(attributes.get(SAMPLE, ""))
+        self.session = str(attributes.get(SESSION, ""))
         self.first_ns = self.last_ns = 0
         self.start_ns = self.end_ns = 0
         self.session_span = False
@@ -224,11 +232,11 @@ class _Aggregator:
 
     def add(self, record: dict[str, Any]) -> None:
         attributes = record.get("attributes") or {}
-        lane = attributes.get("state_lane_id")
+        lane = attributes.get(STATE_LANE_ID)
         if not isinstance(lane, str):
             self.outside += 1
             return
-        step = attributes.get("global_steps", "")
+        step = attributes.get(GLOBAL_STEPS, "")
         if self.step_filter is not None and not _same_step(step, self.step_filter):
             return
         self.spans += 1
@@ -264,9 +272,9 @@ class _Aggregator:
         else:
             kind = "span"
             if name == TURN_SPAN_NAME:
-                kind = str(attributes.get(TURN_TYPE, "generate"))
+                kind = str(attributes.get(TURN_TYPE, GENERATE_TURN))
                 session.turns += 1
-                if kind == "generate":
+                if kind == GENERATE_TURN:
                     session.generate_ns += end - start
                 elif kind == "tool":
                     session.tool_ns += end - start
@@ -477,7 +485,7 @@ def _trajectory_reward(value: Any) -> float | None:
     except ValueError:
         return None
     scores = (
-        [score for t in trajectories if isinstance(t, dict) and (score := _number(t.get("reward_score"))) is not None]
+        [score for t in trajectories if isinstance(t, dict) and (score := _number(t.get(REWARD_SCORE))) is not None]
         if isinstance(trajectories, list)
         else []
     )

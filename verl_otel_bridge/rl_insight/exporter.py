@@ -12,7 +12,17 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge import protocol
-from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.accounting import (
+    FAILED,
+    FALLBACK,
+    OTLP_FAILED_BATCHES,
+    RL_INSIGHT_ERRORS,
+    RL_INSIGHT_UNCONFIRMED,
+    SESSION_GAUGES_FAILED,
+    SESSION_GAUGES_PUBLISHED,
+    SpanCounts,
+    exported,
+)
 from verl_otel_bridge.attributes import attributes_dict
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.exporters.kinds import named_exporter
@@ -150,9 +160,9 @@ class RLInsightSpanExporter(SpanExporter):
             self._last = problem
             self._note_unusable(problem)
             return self._to_fallback(spans)
-        self.counts.add("exported.rl_insight", outcome.sent)
+        self.counts.add(exported("rl_insight"), outcome.sent)
         if outcome.unconfirmed:
-            self.counts.add("rl_insight_unconfirmed")
+            self.counts.add(RL_INSIGHT_UNCONFIRMED)
             self._once.log(
                 "hub-slow",
                 logging.WARNING,
@@ -162,7 +172,7 @@ class RLInsightSpanExporter(SpanExporter):
         if outcome.error is None:
             return SpanExportResult.SUCCESS
         exc = outcome.error
-        self.counts.add("rl_insight_errors")
+        self.counts.add(RL_INSIGHT_ERRORS)
         self._once.log(
             f"raised:{type(exc).__name__}",
             logging.WARNING,
@@ -210,11 +220,11 @@ class RLInsightSpanExporter(SpanExporter):
         if sent:
             self._last_transport = "otlp"
             left_out = self._otlp.take_left_out()  # spans it could not encode: failed, the others exported
-            self.counts.add("exported.rl_insight_otlp", sent - left_out)
-            self.counts.add("failed", left_out)
+            self.counts.add(exported("rl_insight_otlp"), sent - left_out)
+            self.counts.add(FAILED, left_out)
         if sent == len(spans):
             return sent
-        self.counts.add("otlp_failed_batches")
+        self.counts.add(OTLP_FAILED_BATCHES)
         self._once.log(
             "otlp-failed",
             logging.WARNING,
@@ -274,7 +284,7 @@ class RLInsightSpanExporter(SpanExporter):
         try:
             publish_session_gauges(probe.module, span)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - gauges are extra; the span still goes out
-            self.counts.add("session_gauges_failed")
+            self.counts.add(SESSION_GAUGES_FAILED)
             self._once.log(
                 f"gauges:{type(exc).__name__}",
                 logging.WARNING,
@@ -283,7 +293,7 @@ class RLInsightSpanExporter(SpanExporter):
                 exc,
             )
         else:
-            self.counts.add("session_gauges_published")
+            self.counts.add(SESSION_GAUGES_PUBLISHED)
 
     def _to_fallback(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
@@ -291,11 +301,11 @@ class RLInsightSpanExporter(SpanExporter):
         except Exception:
             logger.exception("fallback exporter %s raised", self.fallback_name)
             result = SpanExportResult.FAILURE
-        self.counts.add("fallback" if result is SpanExportResult.SUCCESS else "failed", len(spans))
+        self.counts.add(FALLBACK if result is SpanExportResult.SUCCESS else "failed", len(spans))
         return result
 
     def _note_unusable(self, probe: Probe) -> None:
-        self._notice.note(probe, self.counts.get("fallback"))
+        self._notice.note(probe, self.counts.get(FALLBACK))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Wait (bounded) for the sessions' dashboard gauges still being published, then flush the fallback."""

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge.accounting import SESSION_GAUGES_DROPPED, SESSION_GAUGES_FAILED, SpanCounts
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
@@ -108,11 +108,11 @@ class GaugePublisher(Generic[Item]):
                 else:
                     self._publish(item)  # type: ignore[arg-type]  # only submit() puts anything else
             except Exception as exc:  # noqa: BLE001 - the thread must outlive any bug in publish
-                self._counts.add("session_gauges_failed")
+                self._counts.add(SESSION_GAUGES_FAILED)
                 self._once.log(f"escaped:{type(exc).__name__}", logging.WARNING, "publishing gauges raised %r", exc)
             finally:
                 self._queue.task_done()
 
     def _dropped(self, why: str) -> None:
-        self._counts.add("session_gauges_dropped")
+        self._counts.add(SESSION_GAUGES_DROPPED)
         self._once.log(f"dropped:{why}", logging.WARNING, "a session's dashboard gauges were dropped: %s", why)

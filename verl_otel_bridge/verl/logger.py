@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from packaging.version import Version
 
+from verl_otel_bridge.accounting import VERL_METRICS_FAILED, VERL_METRICS_SKIPPED
 from verl_otel_bridge.config import RL_INSIGHT_ENABLE_ENV, ConfigError, environment_value
 from verl_otel_bridge.current import configure, get_bridge
 from verl_otel_bridge.identity import IdentityFields, SessionIdentity
@@ -136,7 +137,7 @@ class RLInsightLogger:
             return
         probe = cls._usable("log")
         if probe is None or probe.module is None:
-            get_bridge().counts.add("verl.metrics_skipped", len(data))
+            get_bridge().counts.add(VERL_METRICS_SKIPPED, len(data))
             return
         for key, value in data.items():
             try:
@@ -146,7 +147,7 @@ class RLInsightLogger:
             try:
                 probe.module.metric_gauge(str(key).replace("/", "_"), number)
             except Exception as exc:  # noqa: BLE001 - metrics must not break the training step
-                get_bridge().counts.add("verl.metrics_failed")
+                get_bridge().counts.add(VERL_METRICS_FAILED)
                 cls._once.log(f"log:{type(exc).__name__}", logging.WARNING, "rl_insight.metric_gauge raised %r", exc)
 
     @classmethod

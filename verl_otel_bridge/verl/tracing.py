@@ -328,7 +328,7 @@ def _finish(trajectory: _Trajectory, output: Any) -> None:
     )
     trajectory.session.finish(
         status="success",
-        trajectories=[{"chain_id": 0, "reward_score": output.reward_score, "num_turns": output.num_turns}],
+        trajectories=[{p.CHAIN_ID: 0, p.REWARD_SCORE: output.reward_score, p.NUM_TURNS: output.num_turns}],
         runner_name=trajectory.agent_name,
         finished=True,
     )
