@@ -14,11 +14,17 @@ so a fresh clone (CI) reuses them: verl's alone is about 6 GB. Nox itself would
 still rerun every install command on a kept environment and would not notice
 changed inputs, so each environment stores a hash of its inputs (this
 interpreter's version, ``pyproject.toml``, the session's requirement list) and
-installs only when that hash changed. The package is installed editable; when an
-environment was last pointed at another checkout, only the package is reinstalled
-(a few seconds). A session holds a lock on its environment, so two checkouts
-running the same session take turns. A dependency removed from ``pyproject.toml``
-is not uninstalled from a kept environment: rebuild with ``nox --reuse-venv=never``.
+installs only when that hash changed. A shared environment holds the
+dependencies only, never the package: each checkout runs the tests in a thin
+environment of its own (``.nox/<environment>`` in the checkout) whose
+``shared.pth`` adds the shared environment's packages and into which the package
+is installed editable without dependencies (a few seconds, again only when its
+inputs changed), so the entry points (``verl.plugins``, ``pytest11``,
+``opentelemetry_traces_exporter``) and every import, in Ray workers too, resolve
+to the checkout running the tests. Any number of checkouts run the same session
+at the same time (a shared lock on the environment); installing into it takes
+the lock alone. A dependency removed from ``pyproject.toml`` is not uninstalled
+from a kept environment: rebuild with ``nox --reuse-venv=never``.
 """
 
 from __future__ import annotations
@@ -89,37 +95,87 @@ def oldest_requirements() -> list[str]:
     return pins
 
 
-def install_once(session: nox.Session, *requirements: str) -> None:
-    """``pip install -e ROOT[extras] requirements`` unless this environment already has these exact inputs.
+PACKAGE = "verl-otel-bridge"
+#: pyproject.toml's build-system requirement: each thin environment builds the editable install
+#: with the shared environment's setuptools (an isolated build would see the shared, older one too).
+BUILD_REQUIREMENT = "setuptools>=77"
 
-    ``requirements`` start with the package's own ``-e .[extras]``; the rest are pinned
-    extras such as ``rl-insight==0.3.0``. Holds the environment's lock until the
-    session ends (see the module docstring).
+
+def install_once(session: nox.Session, *requirements: str) -> str:
+    """Install ``requirements`` into the shared environment unless it already has these exact inputs;
+    return the python of this checkout's thin environment on top of it (see the module docstring).
+
+    ``requirements`` start with the package's own ``-e ROOT[extras]`` (it brings the extras'
+    dependencies; the package itself is then removed again); the rest are pinned extras
+    such as ``rl-insight==0.3.0``. Holds a shared lock on the environment until the
+    session ends, so no other checkout reinstalls it under a running session.
     """
     location = Path(session.virtualenv.location)  # type: ignore[attr-defined]
     lock = (location.parent / f"{location.name}.lock").open("w")
-    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the process ends
     digest = hashlib.sha256()
-    for part in (sys.version, (ROOT / "pyproject.toml").read_text(), *requirements):
+    for part in (
+        "dependencies only",
+        BUILD_REQUIREMENT,
+        sys.version,
+        (ROOT / "pyproject.toml").read_text(),
+        *requirements,
+    ):
         digest.update(part.replace(str(ROOT), ".").encode() + b"\0")  # the same inputs in any checkout
-    stamp, root_stamp = location / ".inputs.sha256", location / ".root"
-    if stamp.is_file() and stamp.read_text() == digest.hexdigest():
-        if root_stamp.is_file() and root_stamp.read_text() == str(ROOT):
-            session.log("environment inputs unchanged: skipping install")
-            return
-        session.log(f"environment last used by another checkout: reinstalling the package from {ROOT}")
-        session.install("--no-deps", *requirements[:2])
+    stamp = location / ".inputs.sha256"
+
+    def current() -> bool:  # a checkout with an older noxfile may have installed the package into it
+        installed = list(Path(_site_packages(str(location / "bin" / "python"))).glob("*verl_otel_bridge*"))
+        return stamp.is_file() and stamp.read_text() == digest.hexdigest() and not installed
+
+    fcntl.flock(lock, fcntl.LOCK_SH)  # released when the process ends
+    if not current():
+        fcntl.flock(lock, fcntl.LOCK_EX)  # wait for the sessions running on it
+        if not current():
+            stamp.unlink(missing_ok=True)
+            session.install(BUILD_REQUIREMENT, *requirements)
+            session.run("python", "-m", "pip", "uninstall", "--quiet", "--yes", PACKAGE)
+            stamp.write_text(digest.hexdigest())
+        fcntl.flock(lock, fcntl.LOCK_SH)
     else:
-        session.install(*requirements)
-        stamp.write_text(digest.hexdigest())
-    root_stamp.write_text(str(ROOT))
+        session.log("environment inputs unchanged: skipping install")
+    return _checkout_environment(session, location, digest.hexdigest())
+
+
+def _checkout_environment(session: nox.Session, shared: Path, inputs: str) -> str:
+    """This checkout's thin environment on ``shared``: ``shared.pth`` plus the package, editable, no dependencies."""
+    thin = ROOT / ".nox" / shared.name
+    python = thin / "bin" / "python"
+    thin.parent.mkdir(exist_ok=True)
+    with (thin.parent / f"{shared.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stamp = thin / ".inputs.sha256"
+        if stamp.is_file() and stamp.read_text() == inputs:
+            return str(python)
+        shutil.rmtree(thin, ignore_errors=True)
+        session.run(str(shared / "bin" / "python"), "-m", "venv", "--without-pip", str(thin), external=True)
+        shared_site = _site_packages(str(shared / "bin" / "python"))
+        Path(_site_packages(str(python)), "shared.pth").write_text(f"import site; site.addsitedir({shared_site!r})\n")
+        install = ["-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e", str(ROOT)]
+        session.run(str(python), *install, external=True)
+        stamp.write_text(inputs)
+    return str(python)
+
+
+def _site_packages(python: str) -> str:
+    done = subprocess.run(  # noqa: S603 - this session's own interpreter
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
 
 
 @nox.session(python=PYTHONS, tags=["unit"])
 def unit(session: nox.Session) -> None:
     """Unit tests: the package with its ``test`` extra, no RL-Insight, on each Python the package claims."""
-    install_once(session, "-e", f"{ROOT}[test]")
-    session.run("python", "-m", "pytest", "tests/unit", *session.posargs)
+    python = install_once(session, "-e", f"{ROOT}[test]")
+    session.run(python, "-m", "pytest", "tests/unit", *session.posargs, external=True)
 
 
 #: Exits non-zero unless every ``name==version`` argument is what is installed.
@@ -140,17 +196,17 @@ def unit_oldest(session: nox.Session) -> None:
     pins = oldest_requirements()
     otel = next(pin for pin in pins if pin.startswith("opentelemetry-api=="))
     lockstep = [f"{name}=={otel.partition('==')[2]}" for name in OLDEST_LOCKSTEP]
-    install_once(session, "-e", f"{ROOT}[test]", *pins, *lockstep)
+    python = install_once(session, "-e", f"{ROOT}[test]", *pins, *lockstep)
     # pip would quietly keep a newer release if a test dependency needed one: fail instead.
-    session.run("python", "-c", CHECK_PINS, *pins, silent=True)
-    session.run("python", "-m", "pytest", "tests/unit", *session.posargs)
+    session.run(python, "-c", CHECK_PINS, *pins, silent=True, external=True)
+    session.run(python, "-m", "pytest", "tests/unit", *session.posargs, external=True)
 
 
 @nox.session(tags=["docs"])
 def doc_blocks(session: nox.Session) -> None:
     """tests/docs: every code block of README.md and docs/ run as a reader runs it (``needs`` blocks: ``verl``)."""
-    install_once(session, "-e", f"{ROOT}[test]")
-    session.run("python", "-m", "pytest", "tests/docs", *session.posargs)
+    python = install_once(session, "-e", f"{ROOT}[test]")
+    session.run(python, "-m", "pytest", "tests/docs", *session.posargs, external=True)
 
 
 @nox.session(tags=["integration"])
@@ -163,15 +219,16 @@ def integration(session: nox.Session, rl_insight: str) -> None:
     requirements = ["-e", f"{ROOT}[test]", "opentelemetry-proto"]
     if rl_insight != "none":
         requirements.append(f"rl-insight=={rl_insight}")
-    install_once(session, *requirements)
+    python = install_once(session, *requirements)
     # pytest's exit code 5 (nothing collected) fails the session, like any non-zero.
     session.run(
-        "python",
+        python,
         "-m",
         "pytest",
         "tests/integration",
         *session.posargs,
         env={**LOOPBACK_ENV, CASE_ENV: rl_insight},
+        external=True,
     )
 
 
@@ -182,8 +239,8 @@ def browser(session: nox.Session) -> None:
     Where chromium cannot be installed (no apt-get, not root), the tests skip and say why.
     """
     problem = _ensure_chromium(session)
-    install_once(session, "-e", f"{ROOT}[test]")
-    session.run("python", "-m", "pytest", "tests/browser", *session.posargs, env=_chromium_env(problem))
+    python = install_once(session, "-e", f"{ROOT}[test]")
+    session.run(python, "-m", "pytest", "tests/browser", *session.posargs, env=_chromium_env(problem), external=True)
 
 
 def _chromium_env(problem: str | None) -> dict[str, str]:
@@ -221,7 +278,7 @@ def verl(session: nox.Session, verl: str) -> None:
 
     ``nox -s verl -- bench [options]`` runs ``bench/verl_overhead.py`` in this environment instead.
     """
-    install_once(
+    python = install_once(
         session,
         "-e",
         f"{ROOT}[test,verl]",
@@ -232,11 +289,11 @@ def verl(session: nox.Session, verl: str) -> None:
         "rl-insight==0.3.0",
     )
     if session.posargs[:1] == ["bench"]:
-        session.run("python", "bench/verl_overhead.py", *session.posargs[1:], env=LOOPBACK_ENV)
+        session.run(python, "bench/verl_overhead.py", *session.posargs[1:], env=LOOPBACK_ENV, external=True)
         return
-    session.run("python", "-m", "pytest", "tests/verl", *session.posargs, env=LOOPBACK_ENV)
+    session.run(python, "-m", "pytest", "tests/verl", *session.posargs, env=LOOPBACK_ENV, external=True)
     # The doc blocks that need verl, Ray or RL-Insight (skipped by ``doc_blocks``) run here.
-    session.run("python", "-m", "pytest", "tests/docs", "-k", "needs", env=LOOPBACK_ENV)
+    session.run(python, "-m", "pytest", "tests/docs", "-k", "needs", env=LOOPBACK_ENV, external=True)
 
 
 #: Pinned to the releases docs/backends.md was written against. One environment each: Phoenix
@@ -251,7 +308,9 @@ def backends(session: nox.Session, backend: str) -> None:
     """tests/backends: ``exporter: otlp`` read back through a real Phoenix or MLflow server on loopback."""
     # Not the `test` extra: its opentelemetry-instrumentation-urllib3 (at most 0.66b1) needs an older
     # OpenTelemetry than Phoenix's opentelemetry-exporter-otlp 1.45.2, and pip backtracks for minutes.
-    install_once(session, "-e", f"{ROOT}[cli,otlp]", "pytest>=8", "pytest-timeout>=2.3", "psutil", BACKENDS[backend])
+    python = install_once(
+        session, "-e", f"{ROOT}[cli,otlp]", "pytest>=8", "pytest-timeout>=2.3", "psutil", BACKENDS[backend]
+    )
     problem = _ensure_chromium(session)  # for the screenshots docs/backends.md shows
     env = {**LOOPBACK_ENV, **_chromium_env(problem)}
     # Phoenix's OTLP gRPC listener binds [::] whatever PHOENIX_HOST says: pytest and every
@@ -263,7 +322,7 @@ def backends(session: nox.Session, backend: str) -> None:
         "-c",
         'ip link set lo up && exec "$@"',
         "sh",
-        "python",
+        python,
         "-m",
         "pytest",
         f"tests/backends/test_{backend}.py",
@@ -276,5 +335,5 @@ def backends(session: nox.Session, backend: str) -> None:
 @nox.session(tags=["bench"])
 def bench(session: nox.Session) -> None:
     """bench/run.py: writes bench/results.json, docs/performance.md and docs/performance.png."""
-    install_once(session, "-e", f"{ROOT}[bench]")
-    session.run("python", "bench/run.py", *session.posargs, env=LOOPBACK_ENV)
+    python = install_once(session, "-e", f"{ROOT}[bench]")
+    session.run(python, "bench/run.py", *session.posargs, env=LOOPBACK_ENV, external=True)
