@@ -18,14 +18,11 @@ from collections.abc import Callable
 from types import ModuleType
 
 from verl_otel_bridge._version import install_command
+from verl_otel_bridge.verl.switch import BACKEND, SWITCH_ENV
 
-logger = logging.getLogger("verl_otel_bridge.verl.plugin")
+logger = logging.getLogger(__name__)
 
-#: ``1``: trace verl's agent loops whatever its rollout-trace backend; ``0``: never;
-#: unset: trace iff the backend is :data:`BACKEND`.
-SWITCH_ENV = "VERL_OTEL_TRACE"
-#: The value of ``actor_rollout_ref.rollout.trace.backend`` that turns tracing on.
-BACKEND = "otel"
+__all__ = ["BACKEND", "HOOKS", "SWITCH_ENV", "register"]
 
 #: verl module -> the function of :mod:`verl_otel_bridge.verl.tracing` that wraps it.
 HOOKS = {

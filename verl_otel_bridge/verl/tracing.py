@@ -39,7 +39,7 @@ from verl_otel_bridge.config import BridgeConfig, parse_bool
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.session import Session
 from verl_otel_bridge.verl.config import bridge_config
-from verl_otel_bridge.verl.plugin import BACKEND, SWITCH_ENV
+from verl_otel_bridge.verl.switch import BACKEND, SWITCH_ENV
 
 logger = logging.getLogger("verl_otel_bridge.verl.tracing")
 _once = OnceLogger(logger)
