@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from opentelemetry.trace import Span, Status, StatusCode
 
-from verl_otel_bridge.attributes import AttributeValue, _to_json, to_text
+from verl_otel_bridge.attributes import AttributeValue, to_json, to_text
 from verl_otel_bridge.identity import current_identity
 from verl_otel_bridge.protocol import (
     ACCURACY,
@@ -48,7 +48,7 @@ from verl_otel_bridge.protocol import (
     TURN_TYPE,
 )
 
-logger = logging.getLogger("verl_otel_bridge.agent_loop")
+logger = logging.getLogger(__name__)
 
 
 Clean = Callable[[Mapping[str, Any]], Mapping[str, Any]]
@@ -138,7 +138,7 @@ class TurnHandle(_Handle):
         )
         if tool_args is not None and not isinstance(tool_args, str):
             try:
-                tool_args = _to_json(tool_args)
+                tool_args = to_json(tool_args)
             except Exception:  # noqa: BLE001 - e.g. a cycle; the caller must not see it
                 tool_args = to_text(tool_args)
         values: dict[str, Any] = {

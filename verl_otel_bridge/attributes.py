@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-logger = logging.getLogger("verl_otel_bridge.attributes")
+logger = logging.getLogger(__name__)
 
 Primitive: TypeAlias = str | bool | int | float
 AttributeValue: TypeAlias = Primitive | Sequence[str] | Sequence[bool] | Sequence[int] | Sequence[float]
@@ -147,7 +147,7 @@ def _convert(
             return _int(int(scalar), key, on_convert) if isinstance(scalar, int) else float(scalar)
     if isinstance(value, Mapping):
         _note(on_convert, "mapping", key)
-        return _truncate(_to_json(value), max_length, key, on_convert)
+        return _truncate(to_json(value), max_length, key, on_convert)
     tolist = getattr(value, "tolist", None)
     if callable(tolist):  # numpy arrays
         value = tolist()
@@ -160,7 +160,7 @@ def _convert(
         return _sequence(value, max_length, key, on_convert, max_items)
     if isinstance(value, (set, frozenset)):
         _note(on_convert, "set", key)
-        return _truncate(_to_json(sorted(value, key=repr)), max_length, key, on_convert)
+        return _truncate(to_json(sorted(value, key=repr)), max_length, key, on_convert)
     _note(on_convert, "object", key)
     return _truncate(to_text(value), max_length, key, on_convert)
 
@@ -182,7 +182,7 @@ def _sequence(
     if kinds <= {int, float}:
         return tuple(float(v) for v in items)  # type: ignore[arg-type]
     _note(on_convert, "mixed sequence", key)
-    return _truncate(_to_json(list(value)), max_length, key, on_convert)
+    return _truncate(to_json(list(value)), max_length, key, on_convert)
 
 
 def _int(value: int, key: str, on_convert: ConvertHook | None) -> int | str:
@@ -205,7 +205,8 @@ def _truncate(text: str, max_length: int | None, key: str, on_convert: ConvertHo
     return text[:max_length] + TRUNCATION_MARKER.format(cut)
 
 
-def _to_json(value: Any) -> str:
+def to_json(value: Any) -> str:
+    """``value`` as JSON text: what it cannot encode as its text, non-ASCII kept."""
     return json.dumps(_jsonable(value), default=to_text, ensure_ascii=False)
 
 

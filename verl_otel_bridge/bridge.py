@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     from verl_otel_bridge.rl_insight.compat import Probe
 
-logger = logging.getLogger("verl_otel_bridge")
+logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -21,7 +21,7 @@ from verl_otel_bridge.session import Session
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-logger = logging.getLogger("verl_otel_bridge")
+logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -49,7 +49,7 @@ from verl_otel_bridge.protocol import (
     UNFINISHED,
 )
 
-logger = logging.getLogger("verl_otel_bridge.inflight")
+logger = logging.getLogger(__name__)
 
 #: ``status()["open_sessions"]["oldest"]`` lists at most this many sessions.
 OLDEST_SHOWN = 5

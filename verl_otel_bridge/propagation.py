@@ -60,7 +60,7 @@ from verl_otel_bridge.attributes import to_attribute_value
 from verl_otel_bridge.identity import SessionIdentity, current_identity, using_identity
 from verl_otel_bridge.logs import OnceLogger
 
-logger = logging.getLogger("verl_otel_bridge.propagation")
+logger = logging.getLogger(__name__)
 
 #: Carrier key of the W3C trace context (``00-<trace id>-<span id>-<flags>``).
 TRACEPARENT_KEY = "traceparent"

@@ -29,7 +29,7 @@ from verl_otel_bridge.protocol import (
     TRAJECTORY_FIELDS,
 )
 
-logger = logging.getLogger("verl_otel_bridge.session")
+logger = logging.getLogger(__name__)
 
 
 def session_start_attributes(identity: SessionIdentity) -> dict[str, Any]:

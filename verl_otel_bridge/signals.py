@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-logger = logging.getLogger("verl_otel_bridge.signals")
+logger = logging.getLogger(__name__)
 
 #: Called with ``final=True`` when the process is about to die of the signal.
 Flush = Callable[[bool], object]

@@ -7,6 +7,9 @@ and usable on its own::
         with verl_otel_bridge.session(sample=0, session=0):
             ...
     spans.one("agent_session")
+
+:func:`generic_span` turns a captured span into what ``exporter: otlp`` sends
+(the generic vocabulary Phoenix and MLflow read).
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from verl_otel_bridge.bridge import Bridge
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.current import set_bridge
+from verl_otel_bridge.exporters.vocabulary import generic_span
 from verl_otel_bridge.protocol import IDENTITY_KEYS, SESSION_SPAN_NAME
 from verl_otel_bridge.tree import render_tree
+
+__all__ = ["SpanCapture", "capture_spans", "generic_span"]
 
 
 class SpanCapture:

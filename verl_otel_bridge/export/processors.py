@@ -18,7 +18,7 @@ from verl_otel_bridge.export.spill import FROM_QUEUE, Spill
 from verl_otel_bridge.identity import SessionIdentity, current_identity
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
-logger = logging.getLogger("verl_otel_bridge.export.processors")
+logger = logging.getLogger(__name__)
 
 
 def within(deadline: float, work: Callable[[], bool], what: str) -> bool:

@@ -23,7 +23,7 @@ from verl_otel_bridge.export.budget import ByteBudget, span_size, take_batch
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
-logger = logging.getLogger("verl_otel_bridge.export.queue")
+logger = logging.getLogger(__name__)
 
 ExportBatch = Callable[[list[ReadableSpan]], None]
 

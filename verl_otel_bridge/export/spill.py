@@ -50,7 +50,7 @@ from verl_otel_bridge.logs import OnceLogger, Reminder
 from verl_otel_bridge.records import iter_lines, record_to_span, span_to_record
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
-logger = logging.getLogger("verl_otel_bridge.export.spill")
+logger = logging.getLogger(__name__)
 
 #: Spilled by the export queue (never exported): drained through the whole exporter chain.
 FROM_QUEUE = "queue"

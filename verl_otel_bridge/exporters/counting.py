@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from verl_otel_bridge.accounting import FAILED, SpanCounts
 from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out_reader
 
-logger = logging.getLogger("verl_otel_bridge.exporters")
+logger = logging.getLogger(__name__)
 
 
 class CountingSpanExporter(WrappingSpanExporter):

@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge.accounting import SpanCounts, copied
 
-logger = logging.getLogger("verl_otel_bridge.exporters")
+logger = logging.getLogger(__name__)
 
 
 class FanOutSpanExporter(SpanExporter):

@@ -19,7 +19,7 @@ from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.records import span_to_record
 
-logger = logging.getLogger("verl_otel_bridge.exporters.jsonl")
+logger = logging.getLogger(__name__)
 
 
 class JsonlSpanExporter(SpanExporter):

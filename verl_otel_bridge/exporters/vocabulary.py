@@ -80,7 +80,7 @@ from verl_otel_bridge.protocol import (
 )
 from verl_otel_bridge.records import replace_span
 
-logger = logging.getLogger("verl_otel_bridge.exporters.vocabulary")
+logger = logging.getLogger(__name__)
 
 
 def conversation_id(attributes: Mapping[str, Any]) -> str | None:

@@ -32,7 +32,7 @@ from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
 from verl_otel_bridge.attributes import attributes_dict
 
-logger = logging.getLogger("verl_otel_bridge.otlp.encoding")
+logger = logging.getLogger(__name__)
 
 #: How many distinct (key, value) attribute pairs a :class:`SpanEncoder` remembers
 #: before it starts over; each costs a few hundred bytes.

@@ -23,7 +23,7 @@ from verl_otel_bridge.otlp.encoding import SpanEncoder
 from verl_otel_bridge.otlp.sender import OtlpHttpSender, OtlpSendError
 from verl_otel_bridge.otlp.settings import check_protocol, traces_endpoint
 
-logger = logging.getLogger("verl_otel_bridge.otlp.exporter")
+logger = logging.getLogger(__name__)
 
 #: Largest request body, before compression. Collectors refuse larger ones
 #: (OpenTelemetry Collector's OTLP/HTTP receiver: 20 MiB; many proxies in front: less).

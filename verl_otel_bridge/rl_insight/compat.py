@@ -31,7 +31,7 @@ from verl_otel_bridge._version import distribution_version
 from verl_otel_bridge.config import RL_INSIGHT_SERVER_URL_ENV, environment_value
 from verl_otel_bridge.rl_insight import private
 
-logger = logging.getLogger("verl_otel_bridge.rl_insight")
+logger = logging.getLogger(__name__)
 
 MODULE_NAME = "rl_insight"
 DISTRIBUTION_NAME = "rl-insight"

@@ -37,7 +37,7 @@ from verl_otel_bridge.rl_insight.notices import UnusableNotice
 from verl_otel_bridge.rl_insight.otlp import DEFAULT_NAMESPACE, OtlpTransport, otlp_settings
 from verl_otel_bridge.rl_insight.sessions import is_session_span, publish_session_gauges
 
-logger = logging.getLogger("verl_otel_bridge.rl_insight.exporter")
+logger = logging.getLogger(__name__)
 
 
 class RLInsightSpanExporter(SpanExporter):

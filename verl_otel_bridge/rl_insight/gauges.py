@@ -23,7 +23,7 @@ from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
-logger = logging.getLogger("verl_otel_bridge.rl_insight.gauges")
+logger = logging.getLogger(__name__)
 
 #: Sessions whose gauges may wait at once; more are dropped (counted, logged once).
 DEFAULT_MAX_PENDING = 10_000

@@ -41,7 +41,7 @@ from verl_otel_bridge.otlp.sender import (
 from verl_otel_bridge.otlp.settings import SenderSettings
 from verl_otel_bridge.secrets import Scrubber
 
-logger = logging.getLogger("verl_otel_bridge.rl_insight.otlp")
+logger = logging.getLogger(__name__)
 
 #: RL-Insight's default namespace: the hub's resource ``service.name``.
 DEFAULT_NAMESPACE = "rl_insight_monitor"

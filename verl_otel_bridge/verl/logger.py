@@ -37,7 +37,7 @@ from verl_otel_bridge.rl_insight.compat import Probe
 from verl_otel_bridge.session import Session
 from verl_otel_bridge.verl.config import bridge_config
 
-logger = logging.getLogger("verl_otel_bridge.verl.logger")
+logger = logging.getLogger(__name__)
 
 
 class AgentLoopSession:

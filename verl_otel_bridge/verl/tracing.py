@@ -41,7 +41,7 @@ from verl_otel_bridge.session import Session
 from verl_otel_bridge.verl.config import bridge_config
 from verl_otel_bridge.verl.switch import BACKEND, SWITCH_ENV
 
-logger = logging.getLogger("verl_otel_bridge.verl.tracing")
+logger = logging.getLogger(__name__)
 _once = OnceLogger(logger)
 
 _T = TypeVar("_T")
