@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -21,6 +22,25 @@ from verl_otel_bridge.rl_insight.otlp import SERVICES_PATH
 
 #: Upper bound for any wait on another thread; never reached when things work.
 WAIT_S = 10.0
+#: A plausible span time in nanoseconds.
+T0 = 1_700_000_000_123_456_789
+
+#: ``record_span`` times it refuses: (start, end, a phrase of the one WARNING for this kind).
+INVALID_TIMES: list[tuple[Any, Any, str]] = [
+    (T0, T0 - 1, "end before start"),
+    (-5, T0, "negative time"),
+    (T0, -1, "negative time"),
+    (int(time.time()), int(time.time()) + 1, "look like seconds or milliseconds"),
+    (time.time(), time.time() + 0.5, "look like seconds or milliseconds"),
+    (int(time.time() * 1000), int(time.time() * 1000) + 5, "look like seconds or milliseconds"),
+    (str(T0), T0, "integer nanoseconds"),
+    (None, T0, "integer nanoseconds"),
+    (T0, [T0], "integer nanoseconds"),
+    (True, T0, "integer nanoseconds"),
+    (math.nan, T0, "integer nanoseconds"),
+    (T0, math.inf, "integer nanoseconds"),
+    (-math.inf, T0, "integer nanoseconds"),
+]
 
 #: On a test that forks a process with the bridge's threads running, on purpose: Python 3.12+
 #: warns that such a child may deadlock; what the child may touch is what the test checks.
@@ -36,6 +56,27 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = WAIT_S, what: st
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(0.005)
+
+
+def run_threads(targets: Iterable[Callable[[], object]], timeout_s: float = WAIT_S) -> list[BaseException]:
+    """Run each target on a thread of its own, all started before any is joined; wait (``timeout_s`` in
+    all) for every one to end, and return what they raised."""
+    errors: list[BaseException] = []
+
+    def guarded(target: Callable[[], object]) -> None:
+        try:
+            target()
+        except BaseException as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(target,)) for target in targets]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not any(thread.is_alive() for thread in threads), "a thread did not finish"
+    return errors
 
 
 def identity_of(span: ReadableSpan | Mapping[str, Any]) -> dict[str, Any]:

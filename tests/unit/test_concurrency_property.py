@@ -34,7 +34,7 @@ from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.testing import capture_spans
 
 from .fake_rl_insight import usable_rl_insight
-from .helpers import WAIT_S, identity_of
+from .helpers import WAIT_S, identity_of, run_threads
 
 T0 = 1_700_000_000_000_000_000
 EXPECT = "test.expect_sample"  # what the test itself says the span's session is
@@ -165,12 +165,7 @@ def run_plan(plan: list[Any]) -> tuple[Run, list[ReadableSpan]]:
             run.errors.append(exc)
 
     with capture_spans() as capture, concurrent.futures.ThreadPoolExecutor(4) as pool:
-        threads = [threading.Thread(target=worker, args=(kind, body, pool)) for kind, body in plan]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=WAIT_S * 6)
-        assert not any(thread.is_alive() for thread in threads), "a worker thread did not finish"
+        assert not run_threads((lambda k=kind, b=body: worker(k, b, pool) for kind, body in plan), WAIT_S * 6)
         spans = capture.spans
         counters = capture.bridge.status()["counters"]
     assert not run.errors, run.errors
@@ -295,12 +290,7 @@ def test_exactly_one_rl_insight_init_with_64_threads_exporting_at_once(
         with bridge.session(sample=i, session=0):
             pass
     flushed: list[bool] = []
-    flushers = [threading.Thread(target=lambda b=b: flushed.append(b.force_flush(WAIT_S))) for b in bridges]
-    for thread in flushers:
-        thread.start()
-    for thread in flushers:
-        thread.join(timeout=WAIT_S * 2)
-    assert not any(thread.is_alive() for thread in flushers)
+    assert not run_threads(((lambda b=b: flushed.append(b.force_flush(WAIT_S))) for b in bridges), WAIT_S * 2)
 
     assert flushed == [True] * threads and not at_the_gate.broken
     assert len(fake.init_calls) == 1, fake.init_calls

@@ -15,7 +15,7 @@ import verl_otel_bridge as vob
 from verl_otel_bridge import BridgeConfig
 from verl_otel_bridge.config import EXPORTERS, FALLBACKS
 
-from .helpers import WAIT_S
+from .helpers import WAIT_S, run_threads
 
 
 class DictConfigLike(Mapping):
@@ -328,11 +328,7 @@ def test_concurrent_first_get_bridge_builds_one_bridge(monkeypatch: pytest.Monke
         barrier.wait()
         seen.append(vob.get_bridge())
 
-    threads = [threading.Thread(target=first_use) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT_S)
+    assert not run_threads(first_use for _ in range(16))
     assert len(seen) == 16 and len({id(bridge) for bridge in seen}) == 1
 
 

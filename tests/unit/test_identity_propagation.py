@@ -11,7 +11,7 @@ import verl_otel_bridge as vob
 from verl_otel_bridge.identity import IDENTITY_KEYS
 from verl_otel_bridge.testing import SpanCapture
 
-from .helpers import WAIT_S, identity_of
+from .helpers import WAIT_S, identity_of, run_threads
 
 IDENTITY = {"sample": 4, "session": 2, "traj": 1, "uid": "u-1", "global_steps": 9, "session_id": "sid"}
 
@@ -155,26 +155,16 @@ def test_100_concurrent_asyncio_sessions_are_isolated(otel_spans: SpanCapture) -
 def test_threads_running_sessions_are_isolated(otel_spans: SpanCapture) -> None:
     bridge = otel_spans.bridge
     start = threading.Barrier(8, timeout=WAIT_S)
-    errors: list[BaseException] = []
 
     def worker(t: int) -> None:
-        try:
-            start.wait()
-            for k in range(10):
-                with bridge.session(sample=f"t{t}", session=k) as session:
-                    lane = session.identity.state_lane_id
-                    with bridge.span("step", who=lane):
-                        with bridge.span("inner", who=lane):
-                            pass
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        start.wait()
+        for k in range(10):
+            with bridge.session(sample=f"t{t}", session=k) as session:
+                lane = session.identity.state_lane_id
+                with bridge.span("step", who=lane):
+                    with bridge.span("inner", who=lane):
+                        pass
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT_S)
-    assert not any(thread.is_alive() for thread in threads)
-    assert not errors
+    assert not run_threads(lambda t=t: worker(t) for t in range(8))
     assert vob.current_identity() is None  # nothing leaked into the main thread
     _check_each_trace_has_one_identity(otel_spans, 80)

@@ -18,7 +18,7 @@ from verl_otel_bridge import Bridge
 from verl_otel_bridge.export.budget import span_size
 from verl_otel_bridge.records import read_records, record_to_span
 
-from .helpers import WAIT_S, OtlpSink, assert_balanced, wait_until
+from .helpers import WAIT_S, OtlpSink, assert_balanced, run_threads, wait_until
 
 pytest.importorskip("urllib3")
 
@@ -37,12 +37,7 @@ def _burst(bridge: Bridge, spans: int, threads: int, **attributes: Any) -> None:
             with bridge.span("burst", n=thread * per_thread + i, **attributes):
                 pass
 
-    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(WAIT_S * 6)
-    assert not any(worker.is_alive() for worker in workers)
+    assert not run_threads((lambda t=t: work(t) for t in range(threads)), WAIT_S * 6)
 
 
 def _received(sink: OtlpSink) -> Counter[int]:

@@ -28,7 +28,7 @@ from .fake_rl_insight import (
     install_rl_insight,
     usable_rl_insight,
 )
-from .helpers import WAIT_S, assert_balanced, identity_of
+from .helpers import WAIT_S, assert_balanced, identity_of, run_threads
 
 T0 = 1_700_000_000_000_000_000
 OTEL_TYPES = (str, bool, int, float)
@@ -393,22 +393,12 @@ def test_0_2_0_is_never_initialized(monkeypatch: pytest.MonkeyPatch, make_bridge
 
 def _export_concurrently(exporter: RLInsightSpanExporter, spans: list[Any]) -> None:
     barrier = threading.Barrier(len(spans), timeout=WAIT_S)
-    errors: list[BaseException] = []
 
     def run(span: Any) -> None:
-        try:
-            barrier.wait()
-            exporter.export([span])
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        barrier.wait()
+        exporter.export([span])
 
-    threads = [threading.Thread(target=run, args=(span,)) for span in spans]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(WAIT_S)
-    assert not any(thread.is_alive() for thread in threads)
-    assert not errors
+    assert not run_threads(lambda span=span: run(span) for span in spans)
 
 
 def _spans(capture: SpanCapture, n: int) -> list[Any]:
