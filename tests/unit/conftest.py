@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import http.server
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1] / "integration")
+)  # `import otlp_spans`, shared with integration and bench
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig

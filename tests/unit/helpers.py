@@ -8,12 +8,11 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
+from otlp_spans import ReceivedSpan, decode_export_request
 
 from verl_otel_bridge import Bridge
 from verl_otel_bridge.accounting import balance
@@ -110,26 +109,6 @@ def span_count(bridge: Bridge) -> int:
     return bridge.status()["counters"]["ended"]
 
 
-@dataclass(frozen=True)
-class ReceivedSpan:
-    """A span as an OTLP receiver decoded it: its name and attributes as Python values."""
-
-    name: str
-    attributes: dict[str, Any]
-
-    @classmethod
-    def of(cls, span: Any) -> ReceivedSpan:
-        return cls(span.name, {kv.key: any_value(kv.value) for kv in span.attributes})
-
-
-def any_value(value: Any) -> Any:
-    """An OTLP ``AnyValue`` as the Python value it carries."""
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return tuple(any_value(item) for item in value.array_value.values)
-    return getattr(value, kind) if kind else None
-
-
 class OtlpSink(http.server.ThreadingHTTPServer):
     """A loopback OTLP/HTTP endpoint (and RL-Insight-like discovery API advertising it) that
     records every request and answers ``status``; serve it with the ``serve`` fixture.
@@ -209,10 +188,7 @@ class OtlpSink(http.server.ThreadingHTTPServer):
         for request in self.requests:
             if accepted_only and request["status"] != 200:
                 continue
-            message = ExportTraceServiceRequest.FromString(request["body"])
-            for resource_spans in message.resource_spans:
-                for scope_spans in resource_spans.scope_spans:
-                    received += [ReceivedSpan.of(span) for span in scope_spans.spans]
+            received += decode_export_request(request["body"], request["headers"].get("content-encoding", ""))
         return received
 
     def handle_error(self, request: Any, client_address: Any) -> None:
