@@ -353,7 +353,7 @@ async def _flush(traced: list[Bridge]) -> None:
     loop = asyncio.get_running_loop()
     for bridge in {id(b): b for b in traced}.values():
         try:
-            await loop.run_in_executor(None, bridge.force_flush, FLUSH_TIMEOUT_S)
+            await loop.run_in_executor(None, bridge.flush_queued, FLUSH_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001
             _warn("flushing", exc)
 
