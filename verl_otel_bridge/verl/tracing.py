@@ -151,10 +151,12 @@ def _warn(what: str, exc: Exception) -> None:
     _once.log(f"{what}:{type(exc).__name__}", logging.WARNING, "verl tracing: %s failed: %r", what, exc)
 
 
-def _enter(what: str, scope: AbstractContextManager[Any]) -> Any:
-    """``scope.__enter__()``, or None after logging its exception (the caller then skips the ``__exit__``)."""
+def _enter(what: str, make: Callable[..., AbstractContextManager[Any]], *args: Any, **kwargs: Any) -> Any:
+    """``(scope, scope.__enter__())`` for ``scope = make(*args, **kwargs)``, or None after logging an exception
+    (the caller then runs verl's method untraced)."""
     try:
-        return scope.__enter__()
+        scope = make(*args, **kwargs)
+        return scope, scope.__enter__()
     except Exception as exc:  # noqa: BLE001 - instrumentation must never break verl
         _warn(what, exc)
         return None
@@ -331,8 +333,7 @@ async def _worker_generate_sequences(wrapped: Any, instance: Any, args: Any, kwa
         carrier = None
     traced: list[Bridge] = []
     token = _traced_calls.set(traced)
-    scope = propagation.attach(carrier) if carrier else None
-    attached = scope is not None and _enter("attach", scope) is not None
+    attached = _enter("attach", propagation.attach, carrier) if carrier else None
     exc_info = _NO_EXCEPTION
     try:
         return await wrapped(instance, *args, **kwargs)
@@ -340,8 +341,8 @@ async def _worker_generate_sequences(wrapped: Any, instance: Any, args: Any, kwa
         exc_info = sys.exc_info()
         raise
     finally:
-        if attached:
-            _exit("attach", scope, exc_info)  # type: ignore[arg-type]
+        if attached is not None:
+            _exit("attach", attached[0], exc_info)
         _traced_calls.reset(token)
         if traced:
             # Ray ends AgentLoopWorker actors without atexit, and a failing actor may not live on:
@@ -491,35 +492,39 @@ async def _run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     trajectory = _trajectory.get()
     if trajectory is None or trajectory.in_run:  # untraced, or a subclass's run calling super().run()
         return await wrapped(instance, *args, **kwargs)
+    started = _enter("starting the task", trajectory.bridge.task, trajectory.agent_name)
+    if started is None:
+        return await wrapped(instance, *args, **kwargs)
+    scope, task = started
     trajectory.in_run = True
-    scope = trajectory.bridge.task(trajectory.agent_name)
-    task: TaskHandle | None = _enter("starting the task", scope)
     try:
         output = await wrapped(instance, *args, **kwargs)
     except BaseException:
         trajectory.in_run = False
-        if task is not None:
-            _exit("ending the task", scope, sys.exc_info())
+        _exit("ending the task", scope, sys.exc_info())
         raise
     trajectory.in_run = False
-    if task is not None:
-        try:
-            task.set_result(status="success", reward=output.reward_score)
-            trajectory.set({p.RESPONSE_LENGTH: len(output.response_ids), p.NUM_TURNS: output.num_turns})
-        except Exception as exc:  # noqa: BLE001
-            _warn("recording the run", exc)
-        _exit("ending the task", scope, _NO_EXCEPTION)
+    try:
+        _record_run(trajectory, task, output)
+    except Exception as exc:  # noqa: BLE001
+        _warn("recording the run", exc)
+    _exit("ending the task", scope, _NO_EXCEPTION)
     return output
+
+
+def _record_run(trajectory: _Trajectory, task: TaskHandle, output: Any) -> None:
+    task.set_result(status="success", reward=output.reward_score)
+    trajectory.set({p.RESPONSE_LENGTH: len(output.response_ids), p.NUM_TURNS: output.num_turns})
 
 
 async def _generate(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     trajectory = _trajectory.get()
     if trajectory is None or _generate_turn.get() is not None:  # untraced, or a subclass calling super()
         return await wrapped(instance, *args, **kwargs)
-    scope = trajectory.bridge.turn(trajectory.next_turn())
-    turn: TurnHandle | None = _enter("starting the generate turn", scope)
-    if turn is None:
+    started = _enter("starting the generate turn", trajectory.bridge.turn, trajectory.next_turn())
+    if started is None:
         return await wrapped(instance, *args, **kwargs)
+    scope, turn = started
     token = _generate_turn.set(turn)
     try:
         output = await wrapped(instance, *args, **kwargs)
@@ -574,10 +579,10 @@ async def _call_tool(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
     trajectory = _trajectory.get()
     if trajectory is None:
         return await wrapped(instance, *args, **kwargs)
-    scope = trajectory.bridge.turn(trajectory.next_turn(), type="tool")
-    turn: TurnHandle | None = _enter("starting the tool turn", scope)
-    if turn is None:
+    started = _enter("starting the tool turn", trajectory.bridge.turn, trajectory.next_turn(), type="tool")
+    if started is None:
         return await wrapped(instance, *args, **kwargs)
+    scope, turn = started
     try:
         tool_call = args[0] if args else kwargs["tool_call"]
         turn.record(tools=tool_call.name, tool_args=tool_call.arguments)
