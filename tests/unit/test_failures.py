@@ -162,8 +162,9 @@ def test_shutdown_with_a_hung_exporter_returns_in_time(
     assert bridge.status()["counters"]["dropped"] >= 1  # the queued spans, counted
 
 
-def test_force_flush_with_a_hung_exporter_times_out(
-    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], gate: threading.Event
+@pytest.mark.parametrize("flush", ["force_flush", "flush_queued"])
+def test_a_flush_with_a_hung_exporter_times_out(
+    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], gate: threading.Event, flush: str
 ) -> None:
     fake = usable_rl_insight(monkeypatch)
     fake.hook = lambda call: gate.wait()
@@ -171,7 +172,7 @@ def test_force_flush_with_a_hung_exporter_times_out(
     with bridge.span("s"):
         pass
     started = time.monotonic()
-    assert bridge.force_flush(timeout_s=0.3) is False
+    assert getattr(bridge, flush)(timeout_s=0.3) is False
     assert time.monotonic() - started < 2
 
 
@@ -195,16 +196,3 @@ def test_export_soon_starts_the_export_without_waiting(make_bridge: Callable[...
         pass
     bridge.export_soon()
     wait_until(lambda: path.read_text().count("\n") == 1, what="the span to be written")
-
-
-def test_flush_queued_with_a_hung_exporter_times_out(
-    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], gate: threading.Event
-) -> None:
-    fake = usable_rl_insight(monkeypatch)
-    fake.hook = lambda call: gate.wait()
-    bridge = make_bridge(**RL_INSIGHT, schedule_delay_ms=0)
-    with bridge.span("s"):
-        pass
-    started = time.monotonic()
-    assert bridge.flush_queued(timeout_s=0.3) is False
-    assert time.monotonic() - started < 2

@@ -150,27 +150,15 @@ def build_tools(root: Path) -> tuple[Path, Path]:
     (root / "harness_tools.py").write_text(textwrap.dedent(TOOLS_MODULE))
     function_path = root / "harness_function_tools.py"
     function_path.write_text(textwrap.dedent(FUNCTION_TOOLS_MODULE))
+    classes = {
+        "base_default": "DefaultTool",
+        "base_override": "OverrideTool",
+        "base_raising": "RaisingTool",
+        "base_broken_release": "BrokenReleaseTool",
+    }
     entries = [
-        {
-            "class_name": "harness_tools.DefaultTool",
-            "config": {"type": "native"},
-            "tool_schema": _schema("base_default"),
-        },
-        {
-            "class_name": "harness_tools.OverrideTool",
-            "config": {"type": "native"},
-            "tool_schema": _schema("base_override"),
-        },
-        {
-            "class_name": "harness_tools.RaisingTool",
-            "config": {"type": "native"},
-            "tool_schema": _schema("base_raising"),
-        },
-        {
-            "class_name": "harness_tools.BrokenReleaseTool",
-            "config": {"type": "native"},
-            "tool_schema": _schema("base_broken_release"),
-        },
+        {"class_name": f"harness_tools.{cls}", "config": {"type": "native"}, "tool_schema": _schema(name)}
+        for name, cls in classes.items()
     ]
     tools_yaml = root / "tools.yaml"
     tools_yaml.write_text(json.dumps({"tools": entries}))  # JSON is YAML

@@ -171,6 +171,15 @@ def _exit(what: str, scope: AbstractContextManager[Any], exc_info: ExcInfo) -> N
             _warn(what, exc)
 
 
+def _record_and_end(what: str, scope: AbstractContextManager[Any], record: Callable[..., None], *args: Any) -> None:
+    """``record(*args)`` (an exception logged), then the normal end of ``scope``."""
+    try:
+        record(*args)
+    except Exception as exc:  # noqa: BLE001
+        _warn(f"recording {what}", exc)
+    _exit(f"ending {what}", scope, _NO_EXCEPTION)
+
+
 # --------------------------------------------------------------------------- installing
 
 
@@ -504,11 +513,7 @@ async def _run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         _exit("ending the task", scope, sys.exc_info())
         raise
     trajectory.in_run = False
-    try:
-        _record_run(trajectory, task, output)
-    except Exception as exc:  # noqa: BLE001
-        _warn("recording the run", exc)
-    _exit("ending the task", scope, _NO_EXCEPTION)
+    _record_and_end("the task", scope, _record_run, trajectory, task, output)
     return output
 
 
@@ -533,11 +538,7 @@ async def _generate(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         _exit("ending the generate turn", scope, sys.exc_info())
         raise
     _generate_turn.reset(token)
-    try:
-        _record_generate(trajectory, turn, kwargs, output)
-    except Exception as exc:  # noqa: BLE001
-        _warn("recording the generate turn", exc)
-    _exit("ending the generate turn", scope, _NO_EXCEPTION)
+    _record_and_end("the generate turn", scope, _record_generate, trajectory, turn, kwargs, output)
     return output
 
 
@@ -598,11 +599,7 @@ async def _call_tool(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
         _exit("ending the tool turn", scope, sys.exc_info())  # the exception's event and status ERROR
         raise
     latency_ms = (time.perf_counter() - started) * 1000
-    try:
-        _record_tool_result(trajectory, turn, result, latency_ms)
-    except Exception as exc:  # noqa: BLE001
-        _warn("recording the tool result", exc)
-    _exit("ending the tool turn", scope, _NO_EXCEPTION)
+    _record_and_end("the tool turn", scope, _record_tool_result, trajectory, turn, result, latency_ms)
     return result
 
 
