@@ -358,11 +358,6 @@ class Bridge:
         """
         return self._processor.flush_queued(timeout_s) if self._processor is not None else True
 
-    def export_soon(self) -> None:
-        """Have the export thread start on the spans ended so far, without waiting for it."""
-        if self._processor is not None:
-            self._processor.export_soon()
-
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Flush (at most ``timeout_s``, default the config's ``shutdown_timeout_s``) and stop.
 

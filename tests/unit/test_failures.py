@@ -187,12 +187,3 @@ def test_flush_queued_returns_once_the_ended_spans_are_written(
     assert not path.read_text()
     assert bridge.flush_queued(timeout_s=WAIT_S) is True
     assert len(path.read_text().splitlines()) == 3
-
-
-def test_export_soon_starts_the_export_without_waiting(make_bridge: Callable[..., Bridge], tmp_path: Path) -> None:
-    path = tmp_path / "spans.jsonl"
-    bridge = make_bridge(exporter="jsonl", jsonl_path=str(path), schedule_delay_ms=3_600_000)
-    with bridge.span("s"):
-        pass
-    bridge.export_soon()
-    wait_until(lambda: path.read_text().count("\n") == 1, what="the span to be written")

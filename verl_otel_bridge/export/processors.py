@@ -164,11 +164,6 @@ class ExportSpanProcessor(SpanProcessor):
         """
         return self.queue.force_flush(timeout_s) if self.queue is not None else True
 
-    def export_soon(self) -> None:
-        """Have the export thread start on the spans queued so far, without waiting for it."""
-        if self.queue is not None:
-            self.queue.wake()
-
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Flush what is queued and shut the exporter down, all within ``timeout_s``.
 

@@ -113,11 +113,6 @@ class ExportQueue:
         """Estimated bytes of the spans queued now."""
         return self._budget.used
 
-    def wake(self) -> None:
-        """Have the worker export what is queued now, without waiting for it."""
-        if not self._wake.is_set():
-            self._wake.set()
-
     def force_flush(self, timeout_s: float) -> bool:
         """Wait until every span queued before the call was exported; False on timeout."""
         with self._cond:
