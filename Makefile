@@ -40,8 +40,9 @@ lint: $(READY)  ## ruff (lint + format check), mypy --strict, and the import con
 docs: $(READY)  ## the documentation site, built strictly into site/
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-bench: $(READY)  ## benchmarks against bare OpenTelemetry and verl's direct RL-Insight calls
+bench: $(READY)  ## benchmarks against bare OpenTelemetry and verl's direct RL-Insight calls, and the plugin inside real verl
 	$(BIN)/nox -s bench
+	$(BIN)/nox -s verl -- bench
 
 clean:
 	rm -rf $(VENV) .nox .pytest_cache site

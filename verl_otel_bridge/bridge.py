@@ -348,6 +348,16 @@ class Bridge:
             return True
         return self._provider.force_flush(int(timeout_s * 1000))
 
+    def flush_queued(self, timeout_s: float = 5.0) -> bool:
+        """Wait until the spans ended so far are exported by the export thread (at most ``timeout_s``);
+        False on timeout.
+
+        Lighter than :meth:`force_flush` (for the end of a unit of work, e.g. verl's
+        ``generate_sequences``): sessions held for sampling stay held, the spill is not
+        drained and no exporter's own flush runs.
+        """
+        return self._processor.flush_queued(timeout_s) if self._processor is not None else True
+
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Flush (at most ``timeout_s``, default the config's ``shutdown_timeout_s``) and stop.
 

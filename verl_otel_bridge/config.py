@@ -386,6 +386,9 @@ class BridgeConfig:
     session_hold_max_bytes: int = _setting(
         64 * 1024 * 1024, INT, "Estimated bytes of spans held for sampling at most.", check=_at_least_1
     )
+    record_text: bool = _setting(
+        False, BOOL, "The verl plugin records the conversation even when verl's trace.token2text is off."
+    )
     redact_attributes: tuple[str, ...] = _setting(
         (), STR_TUPLE, "Attribute keys whose values become [REDACTED] before any exporter sees them."
     )

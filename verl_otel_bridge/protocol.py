@@ -134,6 +134,11 @@ NUM_PREEMPTED = "num_preempted"
 TOOL_REWARD = "tool_reward"
 TOOL_METRICS = "tool_metrics"
 LATENCY_MS = "latency_ms"
+#: On a failed tool turn (status ERROR): what failed, the exception's class name or one of
+#: ``tool_exception``, ``unknown_tool``, ``invalid_tool_arguments`` (verl answered with its error text).
+ERROR_TYPE = "error.type"
+#: On the session span: how many of its tool calls failed (its ``status`` stays verl's).
+FAILED_TOOL_CALLS = "failed_tool_calls"
 
 # -- how sessions and tasks end ----------------------------------------------------------
 

@@ -127,6 +127,7 @@ PREFIXED_ENV = {
     "session_keep_slowest": ("0.1", 0.1),
     "session_keep_reward_extremes": ("0.05", 0.05),
     "session_hold_max_bytes": ("4096", 4096),
+    "record_text": ("true", True),
     "redact_attributes": (" content, tool_args ,", ("content", "tool_args")),
     "reminder_interval_s": ("30", 30.0),
     "handle_sigterm": ("off", False),

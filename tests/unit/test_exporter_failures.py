@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,8 +162,9 @@ def test_shutdown_with_a_hung_exporter_returns_in_time(
     assert bridge.status()["counters"]["dropped"] >= 1  # the queued spans, counted
 
 
-def test_force_flush_with_a_hung_exporter_times_out(
-    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], gate: threading.Event
+@pytest.mark.parametrize("flush", ["force_flush", "flush_queued"])
+def test_a_flush_with_a_hung_exporter_times_out(
+    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], gate: threading.Event, flush: str
 ) -> None:
     fake = usable_rl_insight(monkeypatch)
     fake.hook = lambda call: gate.wait()
@@ -170,5 +172,18 @@ def test_force_flush_with_a_hung_exporter_times_out(
     with bridge.span("s"):
         pass
     started = time.monotonic()
-    assert bridge.force_flush(timeout_s=0.3) is False
+    assert getattr(bridge, flush)(timeout_s=0.3) is False
     assert time.monotonic() - started < 2
+
+
+def test_flush_queued_returns_once_the_ended_spans_are_written(
+    make_bridge: Callable[..., Bridge], tmp_path: Path
+) -> None:
+    path = tmp_path / "spans.jsonl"
+    bridge = make_bridge(exporter="jsonl", jsonl_path=str(path), schedule_delay_ms=3_600_000)  # no timer export
+    for _ in range(3):
+        with bridge.span("s"):
+            pass
+    assert not path.read_text()
+    assert bridge.flush_queued(timeout_s=WAIT_S) is True
+    assert len(path.read_text().splitlines()) == 3

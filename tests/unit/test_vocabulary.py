@@ -24,6 +24,8 @@ def agent_loop(bridge: Bridge) -> None:
             with s.turn(1, type="tool") as turn:
                 turn.record(tools="calc", tool_args={"x": 1})
                 vob.record_io(output={"value": 42})
+            with s.turn(2, type="tool") as turn:
+                turn.record(tools="calc", tool_args={"x": 2}, content="43")  # the verl plugin's way
             task.set_result(status="success", reward=0.75)
         with bridge.span("plain"):
             pass
@@ -39,7 +41,7 @@ def translated() -> list:
     with capture_spans() as capture:
         agent_loop(capture.bridge)
         native = capture.spans
-    assert len(native) == 6  # session, task, two turns, plain, reward_model
+    assert len(native) == 7  # session, task, three turns, plain, reward_model
     return [(span, generic_span(span)) for span in native]
 
 
@@ -57,7 +59,7 @@ def test_no_key_shadows_a_dotted_key_and_the_identity_stays_complete(translated:
 
 
 def test_kinds_inputs_outputs_tokens_and_reward(translated: list) -> None:
-    by_name = {(s.name, s.attributes.get("type")): s for _, s in translated}
+    by_name = {(s.name, s.attributes.get("type")): s for _, s in translated if s.attributes.get("turn") != 2}
     kinds = {key: s.attributes.get("openinference.span.kind") for key, s in by_name.items()}
     assert kinds == {
         ("agent_session", None): "AGENT",
@@ -82,6 +84,8 @@ def test_kinds_inputs_outputs_tokens_and_reward(translated: list) -> None:
     tool = by_name["agent_turn", "tool"]
     assert tool.attributes["gen_ai.tool.call.result"] == '{"value": 42}'
     assert tool.attributes["input.value"] == '{"x": 1}' and tool.attributes["input.mime_type"] == "application/json"
+    (content_tool,) = [s for _, s in translated if s.attributes.get("turn") == 2]
+    assert (content_tool.attributes["gen_ai.tool.call.result"], content_tool.attributes["output.value"]) == ("43", "43")
     task = by_name["agent_task", None]
     assert [(e.name, dict(e.attributes)) for e in task.events] == [
         ("gen_ai.evaluation.result", {"gen_ai.evaluation.name": "reward", "gen_ai.evaluation.score.value": 0.75})

@@ -53,6 +53,20 @@ class DefaultTool(BaseTool):
 class OverrideTool(BaseTool):
     async def execute(self, instance_id, parameters, **kwargs):
         return ToolResponse(text="override tool ran"), 0.5, {"calls": 1}
+
+
+class RaisingTool(BaseTool):
+    """Its execute raises: verl answers the call with its error text."""
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        raise RuntimeError("the raising tool broke")
+
+
+class BrokenReleaseTool(BaseTool):
+    """Its release raises: the exception leaves verl's _call_tool."""
+
+    async def release(self, instance_id, **kwargs):
+        raise ConnectionError("the tool's sandbox is gone")
 '''
 
 FUNCTION_TOOLS_MODULE = '''
@@ -68,6 +82,17 @@ def add_numbers(a: int, b: int) -> str:
         b: the second number
     """
     return str(a + b)
+
+
+@function_tool
+def divide(a: int, b: int) -> str:
+    """Divide two numbers.
+
+    Args:
+        a: the dividend
+        b: the divisor
+    """
+    return str(a // b)
 '''
 
 
@@ -120,21 +145,20 @@ def build_model_dir(root: Path) -> Path:
 
 
 def build_tools(root: Path) -> tuple[Path, Path]:
-    """``tools.yaml`` (two ``BaseTool`` subclasses) and a function-tool module, in ``root``."""
+    """``tools.yaml`` (``BaseTool`` subclasses) and a function-tool module, in ``root``; the scripted model
+    calls those of :data:`TOOL_CALLS` (the others fail, for tests that call them instead)."""
     (root / "harness_tools.py").write_text(textwrap.dedent(TOOLS_MODULE))
     function_path = root / "harness_function_tools.py"
     function_path.write_text(textwrap.dedent(FUNCTION_TOOLS_MODULE))
+    classes = {
+        "base_default": "DefaultTool",
+        "base_override": "OverrideTool",
+        "base_raising": "RaisingTool",
+        "base_broken_release": "BrokenReleaseTool",
+    }
     entries = [
-        {
-            "class_name": "harness_tools.DefaultTool",
-            "config": {"type": "native"},
-            "tool_schema": _schema("base_default"),
-        },
-        {
-            "class_name": "harness_tools.OverrideTool",
-            "config": {"type": "native"},
-            "tool_schema": _schema("base_override"),
-        },
+        {"class_name": f"harness_tools.{cls}", "config": {"type": "native"}, "tool_schema": _schema(name)}
+        for name, cls in classes.items()
     ]
     tools_yaml = root / "tools.yaml"
     tools_yaml.write_text(json.dumps({"tools": entries}))  # JSON is YAML
@@ -147,6 +171,7 @@ def make_config(
     backend: str | None = "otel",
     tools: tuple[Path, Path] | None = None,
     max_samples: int | None = None,
+    token2text: bool = False,
     num_workers: int = 1,
     project: str = "proj",
     experiment: str = "exp",
@@ -164,6 +189,7 @@ def make_config(
         f"actor_rollout_ref.rollout.agent.num_workers={num_workers}",
         f"actor_rollout_ref.rollout.trace.backend={'null' if backend is None else backend}",
         f"actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker={'null' if max_samples is None else max_samples}",
+        f"actor_rollout_ref.rollout.trace.token2text={str(token2text).lower()}",
         f"trainer.project_name={project}",
         f"trainer.experiment_name={experiment}",
         "reward.num_workers=1",

@@ -156,6 +156,14 @@ class ExportSpanProcessor(SpanProcessor):
             flushed = self.spill.force_flush(_millis_left(deadline) / 1000) and flushed
         return flushed and within(deadline, lambda: self.exporter.force_flush(_millis_left(deadline)), "flush")
 
+    def flush_queued(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the spans queued so far were exported; False on timeout.
+
+        Unlike :meth:`force_flush`, held sessions stay held, the spill is not drained and the
+        exporter's own flush is not called: only what the export thread has in hand is waited for.
+        """
+        return self.queue.force_flush(timeout_s) if self.queue is not None else True
+
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Flush what is queued and shut the exporter down, all within ``timeout_s``.
 

@@ -18,8 +18,9 @@ sessions, span kinds, tokens, inputs and outputs, reward and failures:
   ``gen_ai.operation.name=chat``, which both backends map to their LLM kind);
 - ``input.value`` / ``output.value`` from ``input`` / ``output`` (see
   :func:`verl_otel_bridge.record_io`), ``gen_ai.input.messages`` /
-  ``gen_ai.output.messages`` on generate turns, ``gen_ai.tool.call.result`` on
-  tool turns, ``llm.token_count.*`` beside ``gen_ai.usage.*``;
+  ``gen_ai.output.messages`` on generate turns (the output: ``output``, else the
+  turn's ``content``), ``gen_ai.tool.call.result`` on tool turns (likewise; the
+  input: ``input``, else ``tool_args``), ``llm.token_count.*`` beside ``gen_ai.usage.*``;
 - reward as a ``gen_ai.evaluation.result`` event and in ``metadata`` (JSON,
   which Phoenix filters on: ``metadata['reward'] > 0.5``); a session with one
   trajectory also gets its ``reward_score`` in ``metadata`` and as the trace tag
@@ -182,6 +183,7 @@ def _io(out: dict[str, Any], attributes: Mapping[str, Any], operation: Any) -> N
             out[OUTPUT_MESSAGES] = _messages(given_output, "assistant", attributes.get("finish_reason"))
     elif operation == "execute_tool":
         given_input = given_input if given_input is not None else attributes.get(GEN_AI_TWINS["tool_args"])
+        given_output = given_output if given_output is not None else attributes.get(CONTENT)
         if given_output is not None:
             out.setdefault(TOOL_CALL_RESULT, _text(given_output))
     pairs = ((given_input, INPUT_VALUE, INPUT_MIME_TYPE), (given_output, OUTPUT_VALUE, OUTPUT_MIME_TYPE))

@@ -26,6 +26,7 @@ __all__ = ["BACKEND", "HOOKS", "SWITCH_ENV", "register"]
 
 #: verl module -> the function of :mod:`verl_otel_bridge.verl.tracing` that wraps it.
 HOOKS = {
+    "verl.utils.rollout_trace": "install_rollout_trace",
     "verl.experimental.agent_loop.agent_loop": "install_agent_loop",
     "verl.experimental.agent_loop.tool_agent_loop": "install_tool_agent_loop",
     "verl.workers.rollout.llm_server": "install_llm_server",

@@ -8,6 +8,18 @@ an ``agent_task``, one generate ``agent_turn`` per ``LLMServerClient.generate``
 call and one tool ``agent_turn`` per ``ToolAgentLoop._call_tool`` call. The
 session gets the reward and verl's timings once the worker computed them.
 
+The conversation (verl's ``trace.token2text``, or the bridge's ``record_text``):
+the session's ``input`` is the prompt's messages and its ``output`` the last
+generate turn's decoded response; each generate turn's ``input`` is its decoded
+prompt and its ``content`` the decoded response. A tool turn always carries its
+arguments and result. A tool call verl answered with one of its error texts (the
+tool raised, an unknown tool, arguments that are not JSON) ends its turn with
+status ERROR and ``error.type``; the session counts them in ``failed_tool_calls``
+and keeps verl's own status.
+
+With verl's backend ``otel``, verl's ``rollout_trace_op`` calls the method it
+decorates directly (verl would bind each call's arguments for records nobody reads).
+
 Inert unless :func:`wanted` (read at each trajectory); honours verl's sampling
 (``trace=False`` trajectories make no span). A wrapper never raises into verl:
 an instrumentation error is logged once at WARNING and verl's method runs as
@@ -21,19 +33,21 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, ExitStack
-from contextvars import ContextVar
-from types import ModuleType
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from contextvars import ContextVar, Token
+from types import ModuleType, TracebackType
+from typing import Any
 
 from verl_otel_bridge import current, propagation
 from verl_otel_bridge import protocol as p
-from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
+from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, mark_failed
+from verl_otel_bridge.attributes import bounded_text
 from verl_otel_bridge.bridge import Bridge
 from verl_otel_bridge.config import BridgeConfig, parse_bool
 from verl_otel_bridge.logs import OnceLogger
@@ -44,8 +58,9 @@ from verl_otel_bridge.verl.switch import BACKEND, SWITCH_ENV
 logger = logging.getLogger(__name__)
 _once = OnceLogger(logger)
 
-_T = TypeVar("_T")
 Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
+ExcInfo = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+_NO_EXCEPTION: ExcInfo = (None, None, None)
 
 #: Set on each method the plugin replaced (so a class is patched once).
 PATCHED = "__verl_otel_bridge_patched__"
@@ -54,6 +69,13 @@ PATCHED = "__verl_otel_bridge_patched__"
 CARRIER_KEY = "verl_otel_bridge.carrier"
 #: Longest the end of ``AgentLoopWorker.generate_sequences`` waits for its spans' export.
 FLUSH_TIMEOUT_S = 5.0
+#: How verl 0.9.1's ``ToolAgentLoop._call_tool`` answers a failed tool call (its result text
+#: starts so), and the ``error.type`` the tool turn gets for each.
+TOOL_ERRORS = (
+    ("Error executing tool '", "tool_exception"),
+    ("Unknown function '", "unknown_tool"),
+    ("Invalid JSON in arguments for '", "invalid_tool_arguments"),
+)
 
 # Parameters verl 0.9.1's methods have; another verl version without them is not wrapped.
 _EXPECTED: dict[str, tuple[str, ...]] = {
@@ -71,13 +93,17 @@ _EXPECTED: dict[str, tuple[str, ...]] = {
 class _Trajectory:
     """What the wrappers of one traced trajectory share (through :data:`_trajectory`)."""
 
-    __slots__ = ("agent_name", "bridge", "in_run", "session", "turns")
+    __slots__ = ("agent_name", "bridge", "decode", "failed_tools", "in_run", "last_response", "session", "turns")
 
-    def __init__(self, bridge: Bridge, session: Session, agent_name: str) -> None:
+    def __init__(self, bridge: Bridge, session: Session, agent_name: str, decode: Callable[..., Any] | None) -> None:
         self.bridge = bridge
         self.session = session
         self.agent_name = agent_name
+        #: The tokenizer's ``decode`` when the conversation is recorded, else None.
+        self.decode = decode
         self.turns = 0
+        self.failed_tools = 0
+        self.last_response: Any = None
         self.in_run = False
 
     def next_turn(self) -> int:
@@ -89,6 +115,11 @@ class _Trajectory:
         """Set ``values`` (None left out, converted as the bridge converts) on ``span``, default the session's."""
         clean = self.bridge.clean_attributes({k: v for k, v in values.items() if v is not None})
         (span or self.session.span).set_attributes(clean)
+
+    def text(self, token_ids: Sequence[int]) -> str | None:
+        """``token_ids`` decoded (at most as many as can survive ``max_attribute_length``), or None."""
+        # A token is at least one byte and a character at most four: more ids could only be cut away.
+        return self.decode(token_ids[: 4 * self.bridge.config.max_attribute_length]) if self.decode else None
 
 
 _trajectory: ContextVar[_Trajectory | None] = ContextVar("verl_otel_bridge_trajectory", default=None)
@@ -110,22 +141,43 @@ def wanted(trace_backend: Any) -> bool:
     return bool(trace_backend == BACKEND)
 
 
-def _verl_backend() -> Any:
+def _rollout_trace_config() -> Any:
     rollout_trace = sys.modules.get("verl.utils.rollout_trace")
-    return rollout_trace.RolloutTraceConfig.get_backend() if rollout_trace is not None else None
+    return rollout_trace.RolloutTraceConfig.get_instance() if rollout_trace is not None else None
 
 
-def _careful(what: str, action: Callable[[], _T], default: _T) -> _T:
-    """``action()``, or ``default`` after logging its exception once at WARNING."""
+def _warn(what: str, exc: Exception) -> None:
+    """Log an instrumentation failure once per kind at WARNING (verl goes on as if unwrapped)."""
+    _once.log(f"{what}:{type(exc).__name__}", logging.WARNING, "verl tracing: %s failed: %r", what, exc)
+
+
+def _enter(what: str, make: Callable[..., AbstractContextManager[Any]], *args: Any, **kwargs: Any) -> Any:
+    """``(scope, scope.__enter__())`` for ``scope = make(*args, **kwargs)``, or None after logging an exception
+    (the caller then runs verl's method untraced)."""
     try:
-        return action()
+        scope = make(*args, **kwargs)
+        return scope, scope.__enter__()
     except Exception as exc:  # noqa: BLE001 - instrumentation must never break verl
-        _once.log(f"{what}:{type(exc).__name__}", logging.WARNING, "verl tracing: %s failed: %r", what, exc)
-        return default
+        _warn(what, exc)
+        return None
 
 
-def _enter(stack: ExitStack, what: str, make: Callable[[], AbstractContextManager[_T]]) -> _T | None:
-    return _careful(what, lambda: stack.enter_context(make()), None)
+def _exit(what: str, scope: AbstractContextManager[Any], exc_info: ExcInfo) -> None:
+    """``scope.__exit__(*exc_info)``; an exception of the scope's own is logged, never raised."""
+    try:
+        scope.__exit__(*exc_info)
+    except Exception as exc:  # noqa: BLE001
+        if exc is not exc_info[1]:  # the block's own exception, re-raised by the scope, is the caller's to raise
+            _warn(what, exc)
+
+
+def _record_and_end(what: str, scope: AbstractContextManager[Any], record: Callable[..., None], *args: Any) -> None:
+    """``record(*args)`` (an exception logged), then the normal end of ``scope``."""
+    try:
+        record(*args)
+    except Exception as exc:  # noqa: BLE001
+        _warn(f"recording {what}", exc)
+    _exit(f"ending {what}", scope, _NO_EXCEPTION)
 
 
 # --------------------------------------------------------------------------- installing
@@ -210,6 +262,44 @@ def install_llm_server(module: ModuleType) -> None:
     _wrap(module, "LLMServerClient._acquire_server", _acquire_server)
 
 
+def install_rollout_trace(module: ModuleType) -> None:
+    """Make ``verl.utils.rollout_trace.rollout_trace_op`` call the decorated method directly when verl's
+    backend is ``otel``; with any other backend (or none) verl's own wrapper runs as before.
+
+    Runs when that module is imported, before verl's agent-loop, tool and LLM-client modules
+    import the decorator by name, so their methods are decorated by this one.
+    """
+    original = getattr(module, "rollout_trace_op", None)
+    config = getattr(module, "RolloutTraceConfig", None)
+    if original is None or config is None or getattr(original, PATCHED, False):
+        return
+    get_backend = config.get_backend
+
+    @functools.wraps(original)
+    def rollout_trace_op(func: Callable[..., Any]) -> Callable[..., Any]:
+        traced = original(func)
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_op(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if get_backend() == BACKEND:
+                    return await func(self, *args, **kwargs)
+                return await traced(self, *args, **kwargs)
+
+            return async_op
+
+        @functools.wraps(func)
+        def op(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if get_backend() == BACKEND:
+                return func(self, *args, **kwargs)
+            return traced(self, *args, **kwargs)
+
+        return op
+
+    setattr(rollout_trace_op, PATCHED, True)
+    module.rollout_trace_op = rollout_trace_op  # type: ignore[attr-defined]
+
+
 # --------------------------------------------------------------------------- the worker
 
 
@@ -223,7 +313,12 @@ def _worker_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
     wrapped(instance, *args, **kwargs)
     if current.current_bridge() is not None:
         return
-    if not _careful("reading the backend", lambda: wanted(_verl_backend()), False):
+    try:
+        trace_config = _rollout_trace_config()
+        if not wanted(trace_config.backend if trace_config is not None else None):
+            return
+    except Exception as exc:  # noqa: BLE001
+        _warn("reading the backend", exc)
         return
     try:
         config = bridge_config(instance.config)
@@ -238,22 +333,39 @@ def _worker_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
 
 
 async def _worker_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """Continue the trainer's trace (when it sent one) and export this call's spans before returning."""
-    batch = args[0] if args else kwargs.get("batch")
-    carrier = _careful("reading the carrier", lambda: batch.meta_info.pop(CARRIER_KEY, None), None)
+    """Continue the trainer's trace (when it sent one); export this call's spans before returning or raising."""
+    try:
+        batch = args[0] if args else kwargs.get("batch")
+        carrier = batch.meta_info.pop(CARRIER_KEY, None)
+    except Exception as exc:  # noqa: BLE001
+        _warn("reading the carrier", exc)
+        carrier = None
     traced: list[Bridge] = []
     token = _traced_calls.set(traced)
+    attached = _enter("attach", propagation.attach, carrier) if carrier else None
+    exc_info = _NO_EXCEPTION
     try:
-        with ExitStack() as stack:
-            if carrier:
-                _enter(stack, "attach", lambda: propagation.attach(carrier))
-            output = await wrapped(instance, *args, **kwargs)
+        return await wrapped(instance, *args, **kwargs)
+    except BaseException:
+        exc_info = sys.exc_info()
+        raise
     finally:
+        if attached is not None:
+            _exit("attach", attached[0], exc_info)
         _traced_calls.reset(token)
+        if traced:
+            # Ray ends AgentLoopWorker actors without atexit, and a failing actor may not live on:
+            # what is still queued when the call ends would be lost.
+            await _flush(traced)
+
+
+async def _flush(traced: list[Bridge]) -> None:
+    loop = asyncio.get_running_loop()
     for bridge in {id(b): b for b in traced}.values():
-        # Ray ends AgentLoopWorker actors without atexit: what is queued at the end would be lost.
-        await asyncio.get_running_loop().run_in_executor(None, bridge.force_flush, FLUSH_TIMEOUT_S)
-    return output
+        try:
+            await loop.run_in_executor(None, bridge.flush_queued, FLUSH_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001
+            _warn("flushing", exc)
 
 
 def _manager_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -262,70 +374,103 @@ def _manager_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: 
     Not a coroutine function: verl's method is ``auto_await`` (sync from sync code), so the
     wrapper returns whatever it returns.
     """
-
-    def send() -> None:
-        if not wanted(instance.config.actor_rollout_ref.rollout.trace.get("backend")):
-            return
-        carrier = propagation.inject()
-        if carrier:
-            prompts = args[0] if args else kwargs["prompts"]
-            prompts.meta_info[CARRIER_KEY] = carrier
-
-    _careful("sending the trace context", send, None)
+    try:
+        if wanted(instance.config.actor_rollout_ref.rollout.trace.get("backend")):
+            carrier = propagation.inject()
+            if carrier:
+                prompts = args[0] if args else kwargs["prompts"]
+                prompts.meta_info[CARRIER_KEY] = carrier
+    except Exception as exc:  # noqa: BLE001
+        _warn("sending the trace context", exc)
     return wrapped(instance, *args, **kwargs)
 
 
 async def _run_agent_loop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    with ExitStack() as stack:
-        trajectory = _careful("starting the session", lambda: _start(stack, args, kwargs), None)
+    try:
+        started = _start(instance, args, kwargs)
+    except Exception as exc:  # noqa: BLE001
+        _warn("starting the session", exc)
+        started = None
+    if started is None:
+        return await wrapped(instance, *args, **kwargs)
+    trajectory, scope, token = started
+    try:
         output = await wrapped(instance, *args, **kwargs)
-        if trajectory is not None:
-            _careful("recording the trajectory", lambda: _finish(trajectory, output), None)
-        return output
+    except BaseException:
+        _stop(scope, token, sys.exc_info())
+        raise
+    try:
+        _finish(trajectory, output)
+    except Exception as exc:  # noqa: BLE001
+        _warn("recording the trajectory", exc)
+    _stop(scope, token, _NO_EXCEPTION)
+    return output
 
 
-def _start(stack: ExitStack, args: Any, kwargs: Any) -> _Trajectory | None:
-    if not kwargs.get("trace", True) or not wanted(_verl_backend()):
+def _start(
+    instance: Any, args: Any, kwargs: Any
+) -> tuple[_Trajectory, AbstractContextManager[Session], Token[_Trajectory | None]] | None:
+    trace_config = _rollout_trace_config()
+    if not kwargs.get("trace", True) or not wanted(trace_config.backend if trace_config is not None else None):
         return None
     info = args[1] if len(args) > 1 else kwargs["trajectory"]
     bridge = current.get_bridge()
     if not bridge.enabled:
         return None
-    from verl.utils.rollout_trace import RolloutTraceConfig
-
-    trace_config = RolloutTraceConfig.get_instance()
     agent_name = str(kwargs.get("agent_name"))
-    session = stack.enter_context(
-        bridge.session(
-            sample=info["sample_index"],
-            session=info["rollout_n"],
-            traj=0,
-            uid=kwargs.get("uid"),
-            global_steps=int(info["step"]),
-            project=trace_config.project_name,
-            experiment_name=trace_config.experiment_name,
-        )
+    scope = bridge.session(
+        sample=info["sample_index"],
+        session=info["rollout_n"],
+        traj=0,
+        uid=kwargs.get("uid"),
+        global_steps=int(info["step"]),
+        project=trace_config.project_name if trace_config is not None else None,
+        experiment_name=trace_config.experiment_name if trace_config is not None else None,
     )
-    trajectory = _Trajectory(bridge, session, agent_name)
-    trajectory.set({p.VALIDATE: bool(info["validate"]), p.AGENT_NAME: agent_name, p.GEN_AI_AGENT_NAME: agent_name})
-    stack.callback(_trajectory.reset, _trajectory.set(trajectory))
+    session = scope.__enter__()
+    try:
+        text = bridge.config.record_text or bool(trace_config is not None and trace_config.token2text)
+        trajectory = _Trajectory(bridge, session, agent_name, instance.tokenizer.decode if text else None)
+        values: dict[str, Any] = {p.VALIDATE: bool(info["validate"]), p.AGENT_NAME: agent_name}
+        values[p.GEN_AI_AGENT_NAME] = agent_name
+        if text:
+            values[p.INPUT] = _messages(kwargs.get("raw_prompt"))
+        trajectory.set(values)
+        token = _trajectory.set(trajectory)
+    except BaseException:
+        _exit("starting the session", scope, sys.exc_info())
+        raise
     traced = _traced_calls.get()
     if traced is not None:
         traced.append(bridge)
-    return trajectory
+    return trajectory, scope, token
+
+
+def _messages(raw_prompt: Any) -> str | None:
+    """verl's ``raw_prompt`` (the chat messages of the dataset row) as JSON, or None without one."""
+    if raw_prompt is None:
+        return None
+    tolist = getattr(raw_prompt, "tolist", None)
+    return json.dumps(tolist() if callable(tolist) else list(raw_prompt), ensure_ascii=False, default=str)
+
+
+def _stop(scope: AbstractContextManager[Session], token: Token[_Trajectory | None], exc_info: ExcInfo) -> None:
+    _trajectory.reset(token)
+    _exit("ending the session", scope, exc_info)
 
 
 def _finish(trajectory: _Trajectory, output: Any) -> None:
     metrics = output.metrics
-    reward_extra_info = output.extra_fields.get("reward_extra_info")
-    trajectory.set(
-        {
-            p.REWARD_SCORE: output.reward_score,
-            p.REWARD_EXTRA_INFO: reward_extra_info,
-            p.NUM_TURNS: output.num_turns,
-            **{key: getattr(metrics, key.removeprefix(p.VERL_METRIC_PREFIX), None) for key in p.VERL_METRICS},
-        }
-    )
+    values: dict[str, Any] = {
+        p.REWARD_SCORE: output.reward_score,
+        p.REWARD_EXTRA_INFO: output.extra_fields.get("reward_extra_info"),
+        p.NUM_TURNS: output.num_turns,
+        p.FAILED_TOOL_CALLS: trajectory.failed_tools,
+        p.OUTPUT: trajectory.last_response,
+    }
+    for key in p.VERL_METRICS:
+        values[key] = getattr(metrics, key[len(p.VERL_METRIC_PREFIX) :], None)
+    trajectory.set(values)
     trajectory.session.finish(
         status="success",
         trajectories=[{p.CHAIN_ID: 0, p.REWARD_SCORE: output.reward_score, p.NUM_TURNS: output.num_turns}],
@@ -340,7 +485,10 @@ def _finish(trajectory: _Trajectory, output: Any) -> None:
 def _loop_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
     """After ``AgentLoopBase.__init__``: wrap the ``run`` of this loop's class (once per class)."""
     wrapped(instance, *args, **kwargs)
-    _careful("wrapping the loop's run", lambda: _wrap_run(type(instance)), None)
+    try:
+        _wrap_run(type(instance))
+    except Exception as exc:  # noqa: BLE001
+        _warn("wrapping the loop's run", exc)
 
 
 def _wrap_run(cls: type) -> None:
@@ -353,16 +501,20 @@ async def _run(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     trajectory = _trajectory.get()
     if trajectory is None or trajectory.in_run:  # untraced, or a subclass's run calling super().run()
         return await wrapped(instance, *args, **kwargs)
+    started = _enter("starting the task", trajectory.bridge.task, trajectory.agent_name)
+    if started is None:
+        return await wrapped(instance, *args, **kwargs)
+    scope, task = started
     trajectory.in_run = True
     try:
-        with ExitStack() as stack:
-            task = _enter(stack, "starting the task", lambda: trajectory.bridge.task(trajectory.agent_name))
-            output = await wrapped(instance, *args, **kwargs)
-            if task is not None:
-                _careful("recording the run", lambda: _record_run(trajectory, task, output), None)
-            return output
-    finally:
+        output = await wrapped(instance, *args, **kwargs)
+    except BaseException:
         trajectory.in_run = False
+        _exit("ending the task", scope, sys.exc_info())
+        raise
+    trajectory.in_run = False
+    _record_and_end("the task", scope, _record_run, trajectory, task, output)
+    return output
 
 
 def _record_run(trajectory: _Trajectory, task: TaskHandle, output: Any) -> None:
@@ -374,34 +526,53 @@ async def _generate(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     trajectory = _trajectory.get()
     if trajectory is None or _generate_turn.get() is not None:  # untraced, or a subclass calling super()
         return await wrapped(instance, *args, **kwargs)
-    with ExitStack() as stack:
-        turn = _enter(stack, "starting the generate turn", lambda: trajectory.bridge.turn(trajectory.next_turn()))
-        if turn is not None:
-            stack.callback(_generate_turn.reset, _generate_turn.set(turn))
+    started = _enter("starting the generate turn", trajectory.bridge.turn, trajectory.next_turn())
+    if started is None:
+        return await wrapped(instance, *args, **kwargs)
+    scope, turn = started
+    token = _generate_turn.set(turn)
+    try:
         output = await wrapped(instance, *args, **kwargs)
-        if turn is not None:
-            _careful("recording the generate turn", lambda: _record_generate(trajectory, turn, kwargs, output), None)
-        return output
+    except BaseException:
+        _generate_turn.reset(token)
+        _exit("ending the generate turn", scope, sys.exc_info())
+        raise
+    _generate_turn.reset(token)
+    _record_and_end("the generate turn", scope, _record_generate, trajectory, turn, kwargs, output)
+    return output
 
 
 def _record_generate(trajectory: _Trajectory, turn: TurnHandle, kwargs: Mapping[str, Any], output: Any) -> None:
     cached = output.extra_fields.get("num_cached_tokens")
+    prompt_ids = kwargs["prompt_ids"]
+    response = trajectory.text(output.token_ids)
     turn.record(
         finish_reason=output.stop_reason,
-        prompt_tokens=len(kwargs["prompt_ids"]),
+        prompt_tokens=len(prompt_ids),
         completion_tokens=len(output.token_ids),
+        content=response,
     )
     trajectory.set(
-        {p.CACHED_TOKENS: cached, p.GEN_AI_CACHED_TOKENS: cached, p.NUM_PREEMPTED: output.num_preempted},
+        {
+            p.CACHED_TOKENS: cached,
+            p.GEN_AI_CACHED_TOKENS: cached,
+            p.NUM_PREEMPTED: output.num_preempted,
+            p.INPUT: trajectory.text(prompt_ids),
+        },
         turn.span,
     )
+    if response is not None:
+        trajectory.last_response = response
 
 
 async def _acquire_server(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     result = await wrapped(instance, *args, **kwargs)
     turn = _generate_turn.get()
     if turn is not None:
-        _careful("recording the server", lambda: turn.span.set_attribute(p.SERVER_ADDRESS, str(result[0])), None)
+        try:
+            turn.span.set_attribute(p.SERVER_ADDRESS, str(result[0]))
+        except Exception as exc:  # noqa: BLE001
+            _warn("recording the server", exc)
     return result
 
 
@@ -409,28 +580,46 @@ async def _call_tool(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
     trajectory = _trajectory.get()
     if trajectory is None:
         return await wrapped(instance, *args, **kwargs)
-    with ExitStack() as stack:
-        turn = _enter(
-            stack, "starting the tool turn", lambda: trajectory.bridge.turn(trajectory.next_turn(), type="tool")
-        )
-        if turn is not None:
-            _careful("recording the tool call", lambda: _record_tool_call(turn, args, kwargs), None)
-        started = time.perf_counter()
+    started = _enter("starting the tool turn", trajectory.bridge.turn, trajectory.next_turn(), type="tool")
+    if started is None:
+        return await wrapped(instance, *args, **kwargs)
+    scope, turn = started
+    try:
+        tool_call = args[0] if args else kwargs["tool_call"]
+        turn.record(tools=tool_call.name, tool_args=tool_call.arguments)
+    except Exception as exc:  # noqa: BLE001
+        _warn("recording the tool call", exc)
+    started = time.perf_counter()
+    try:
         result = await wrapped(instance, *args, **kwargs)
-        latency_ms = (time.perf_counter() - started) * 1000
-        if turn is not None:
-            _careful(
-                "recording the tool result", lambda: _record_tool_result(trajectory, turn, result, latency_ms), None
-            )
-        return result
-
-
-def _record_tool_call(turn: TurnHandle, args: Any, kwargs: Mapping[str, Any]) -> None:
-    tool_call = args[0] if args else kwargs["tool_call"]
-    turn.record(tools=tool_call.name, tool_args=tool_call.arguments)
+    except BaseException as error:
+        if isinstance(error, Exception):  # not a cancellation: the tool call failed
+            trajectory.failed_tools += 1
+            _tool_failed(turn, type(error).__qualname__, None)
+        _exit("ending the tool turn", scope, sys.exc_info())  # the exception's event and status ERROR
+        raise
+    latency_ms = (time.perf_counter() - started) * 1000
+    _record_and_end("the tool turn", scope, _record_tool_result, trajectory, turn, result, latency_ms)
+    return result
 
 
 def _record_tool_result(trajectory: _Trajectory, turn: TurnHandle, result: Any, latency_ms: float) -> None:
     response, tool_reward, metrics = result
-    turn.record(content=response.text)
+    text = response.text
+    turn.record(content=text)
     trajectory.set({p.TOOL_REWARD: tool_reward, p.TOOL_METRICS: metrics or None, p.LATENCY_MS: latency_ms}, turn.span)
+    if isinstance(text, str):
+        for prefix, error_type in TOOL_ERRORS:
+            if text.startswith(prefix):
+                trajectory.failed_tools += 1
+                _tool_failed(turn, error_type, bounded_text(text, trajectory.bridge.config.max_attribute_length))
+                return
+
+
+def _tool_failed(turn: TurnHandle, error_type: str, description: str | None) -> None:
+    try:
+        turn.span.set_attribute(p.ERROR_TYPE, error_type)
+        if description is not None:
+            mark_failed(turn.span, description)
+    except Exception as exc:  # noqa: BLE001
+        _warn("recording the tool failure", exc)
