@@ -144,8 +144,8 @@ def record_to_span(record: Mapping[str, Any]) -> ReadableSpan:
         )
     except KeyError as exc:
         raise ValueError(f"missing or unknown value {exc}") from None
-    except (TypeError, AttributeError) as exc:
-        raise ValueError(str(exc)) from None
+    except (TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
 
 
 def _hex_id(value: Any, width: int, what: str) -> int | None:
@@ -173,6 +173,18 @@ def _attributes(value: Any, what: str) -> BoundedAttributes | None:
     return BoundedAttributes(maxlen=None, attributes=plain, immutable=True, max_value_len=None)
 
 
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads(text)``, with any text that is not JSON (nested too deeply for the parser too) a ``ValueError``.
+
+    Raises:
+        ValueError: ``text`` is not JSON (``UnicodeDecodeError`` for bytes that are not UTF-8).
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+
+
 @dataclass
 class ReadResult:
     """What :func:`read_records` found: good records and the bad lines (number, reason)."""
@@ -189,8 +201,8 @@ def iter_lines(stream: IO[bytes]) -> Iterator[tuple[int, int, dict[str, Any] | N
         if not text:
             continue
         try:
-            record = json.loads(text.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+            record = parse_json(text.decode("utf-8"))
+        except ValueError as exc:
             yield number, size, None, f"not JSON ({exc})"
             continue
         problem = _record_problem(record)

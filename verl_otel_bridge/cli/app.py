@@ -127,13 +127,13 @@ def build_cli() -> click.Group:
     )
     def show(file: Path, max_attributes: int) -> None:
         """Print the span tree of a JSON Lines capture (exporter: jsonl); bad lines are counted, not fatal."""
-        from verl_otel_bridge.tree import render_tree
+        from verl_otel_bridge.tree import display, render_tree
 
         result = read_records(file)
         if result.records:
             click.echo(render_tree(result.records, max_attributes=max_attributes))
         _report_bad(err(), result.bad)
-        traces = len({r.get("trace_id") for r in result.records})
+        traces = len({display(r.get("trace_id")) for r in result.records})
         err().print(Text(f"{len(result.records)} spans in {traces} traces; {len(result.bad)} bad lines"))
 
     @cli.command(short_help="Per-step stragglers, hung sessions, errors and rewards of JSONL captures.")
@@ -270,8 +270,10 @@ def build_cli() -> click.Group:
 def _report_bad(console: Any, bad: Sequence[tuple[int, str]], shown: int = 5) -> None:
     from rich.text import Text
 
+    from verl_otel_bridge.tree import printable
+
     for number, problem in bad[:shown]:
-        console.print(Text(f"line {number}: {problem}"))
+        console.print(Text(printable(f"line {number}: {problem}")))
     if len(bad) > shown:
         console.print(Text(f"... and {len(bad) - shown} more bad lines"))
 

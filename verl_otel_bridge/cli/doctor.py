@@ -8,7 +8,6 @@ environment is scrubbed from every other line.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from verl_otel_bridge._version import __version__, distribution_version, install
 from verl_otel_bridge.config import ENV_PREFIX, BridgeConfig, value_sources
 from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.exporters.kinds import check_exporter
+from verl_otel_bridge.records import parse_json
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.rl_insight.otlp import fetch_services, trace_endpoint
 from verl_otel_bridge.secrets import Scrubber, mask_url, masked, secrets_in
@@ -35,7 +35,7 @@ def _environment_secrets(environ: Mapping[str, str]) -> set[str]:
         found |= secrets_in(raw, name)
         if name.endswith("RL_INSIGHT_CONFIG"):
             try:
-                found |= secrets_in(json.loads(raw))
+                found |= secrets_in(parse_json(raw))
             except ValueError:
                 found.add(raw)  # unreadable JSON may hold anything: never echo it
     return found

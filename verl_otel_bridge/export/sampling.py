@@ -29,7 +29,6 @@ from __future__ import annotations
 import bisect
 import collections
 import hashlib
-import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from verl_otel_bridge.accounting import SAMPLED_OUT, SAMPLING_RELEASED, SpanCoun
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export.budget import span_size
 from verl_otel_bridge.protocol import REWARD, SESSION_SPAN_NAME, TRAJECTORIES
+from verl_otel_bridge.records import parse_json
 
 #: Decisions remembered for spans that end after their session (e.g. reported in bulk).
 MAX_DECISIONS = 100_000
@@ -215,7 +215,7 @@ def _reward(spans: list[ReadableSpan]) -> float | None:
         trajectories = attributes.get(TRAJECTORIES)
         if isinstance(trajectories, str):
             try:
-                items = json.loads(trajectories)
+                items = parse_json(trajectories)
             except ValueError:
                 continue
             for item in items if isinstance(items, list) else ():

@@ -79,7 +79,7 @@ from verl_otel_bridge.protocol import (
     TRAJECTORIES,
     USER_ID,
 )
-from verl_otel_bridge.records import replace_span
+from verl_otel_bridge.records import parse_json, replace_span
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ def _is_json(text: str) -> bool:
     if text[:1] not in ("{", "["):
         return False
     try:
-        json.loads(text)
+        parse_json(text)
     except ValueError:
         return False
     return True

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import math
 import os
 import sys
@@ -48,7 +47,8 @@ from verl_otel_bridge.protocol import (
     UID,
     UNFINISHED,
 )
-from verl_otel_bridge.records import iter_lines
+from verl_otel_bridge.records import iter_lines, parse_json
+from verl_otel_bridge.tree import display
 
 #: Span segments kept per session for the waterfall; later ones are counted, not kept.
 MAX_SEGMENTS = 200
@@ -57,6 +57,7 @@ MAX_SCATTER_POINTS = 500
 #: Bad lines remembered (all are counted).
 MAX_BAD_LINES = 20
 _NS = 1e9
+_MAX_NS = 1 << 63
 #: A session slower than this many times its step's median is called a straggler
 #: (the bridge's own watchdog default, ``straggler_factor``).
 DEFAULT_STRAGGLER_FACTOR: float = BridgeConfig.straggler_factor
@@ -188,9 +189,9 @@ class _Session:
     )
 
     def __init__(self, attributes: dict[str, Any]) -> None:
-        self.uid = sys.intern(str(attributes.get(UID, "")))  # one string per group, not per session
-        self.sample = str(attributes.get(SAMPLE, ""))
-        self.session = str(attributes.get(SESSION, ""))
+        self.uid = sys.intern(display(attributes.get(UID, "")))  # one string per group, not per session
+        self.sample = display(attributes.get(SAMPLE, ""))
+        self.session = display(attributes.get(SESSION, ""))
         self.first_ns = self.last_ns = 0
         self.start_ns = self.end_ns = 0
         self.session_span = False
@@ -236,7 +237,7 @@ class _Aggregator:
         if not isinstance(lane, str):
             self.outside += 1
             return
-        step = attributes.get(GLOBAL_STEPS, "")
+        step = _step(attributes.get(GLOBAL_STEPS, ""))
         if self.step_filter is not None and not _same_step(step, self.step_filter):
             return
         self.spans += 1
@@ -244,20 +245,21 @@ class _Aggregator:
         session = self.sessions.get(key)
         if session is None:
             session = self.sessions[key] = _Session(attributes)
-        start, end = record.get("start_time_ns") or 0, record.get("end_time_ns") or 0
+        start = _ns(record.get("start_time_ns"))
+        end = max(start, _ns(record.get("end_time_ns")))  # a span that ends before it starts took no time
         if not session.first_ns or start < session.first_ns:
             session.first_ns = start
         if end > session.last_ns:
             session.last_ns = end
         status = record.get("status") or {}
-        if status.get("code") == "ERROR":
+        if isinstance(status, dict) and status.get("code") == "ERROR":
             session.errors += 1
             self.error_spans[step] = self.error_spans.get(step, 0) + 1
             if not session.error:
-                session.error = str(status.get("description") or attributes.get(ERROR) or record.get("name"))
+                session.error = display(status.get("description") or attributes.get(ERROR) or record.get("name"))
         server = attributes.get(SERVER_ADDRESS)
         if server:
-            session.server = sys.intern(str(server))
+            session.server = sys.intern(display(server))
         name = record.get("name")
         if name == SESSION_SPAN_NAME:
             self._closed(key, session, attributes, start, end)
@@ -266,13 +268,13 @@ class _Aggregator:
                 session.progress_at = end
                 session.progress_elapsed = _number(attributes.get(PROGRESS_ELAPSED_S)) or 0.0
                 session.progress_turns = int(_number(attributes.get(PROGRESS_TURNS)) or 0)
-                session.progress_last_span = sys.intern(str(attributes.get(PROGRESS_LAST_SPAN, "")))
+                session.progress_last_span = sys.intern(display(attributes.get(PROGRESS_LAST_SPAN, "")))
                 session.turn = attributes.get(PROGRESS_TURN, session.turn)
             session.progress += 1
         else:
             kind = "span"
             if name == TURN_SPAN_NAME:
-                kind = str(attributes.get(TURN_TYPE, GENERATE_TURN))
+                kind = display(attributes.get(TURN_TYPE, GENERATE_TURN))
                 session.turns += 1
                 if kind == GENERATE_TURN:
                     session.generate_ns += end - start
@@ -280,8 +282,7 @@ class _Aggregator:
                     session.tool_ns += end - start
                 for key_ in (PROMPT_TOKENS, COMPLETION_TOKENS):
                     tokens = attributes.get(key_)
-                    if isinstance(tokens, int) and not isinstance(tokens, bool):
-                        session.tokens += tokens
+                    session.tokens += _ns(tokens)
             elif name == TASK_SPAN_NAME:
                 reward = _number(attributes.get(REWARD))
                 if reward is not None:
@@ -289,7 +290,7 @@ class _Aggregator:
                 return  # a task spans its turns: the waterfall shows the turns
             if session.keep and session.segments is not None:
                 if len(session.segments) < MAX_SEGMENTS:
-                    label = f"turn {attributes.get(TURN)} ({kind})" if name == TURN_SPAN_NAME else str(name)
+                    label = f"turn {display(attributes.get(TURN))} ({kind})" if name == TURN_SPAN_NAME else str(name)
                     session.segments.append(Segment(start, end, kind, label))
                 else:
                     session.segments_cut += 1
@@ -299,7 +300,7 @@ class _Aggregator:
     ) -> None:
         session.session_span = True
         session.start_ns, session.end_ns = start, end
-        session.status = sys.intern(str(attributes.get(STATUS, "")))
+        session.status = sys.intern(display(attributes.get(STATUS, "")))
         session.traj_reward = _trajectory_reward(attributes.get(TRAJECTORIES))
         if session.status == UNFINISHED:
             return  # listed on its own, segments kept
@@ -473,7 +474,25 @@ def _percentile(ordered: Sequence[float], q: float) -> float:
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past the float range
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _ns(value: Any) -> int:
+    """A time (or a count) from a record: a non-negative 64-bit integer, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_NS else 0
+
+
+def _step(value: Any) -> Any:
+    """A ``global_steps`` value usable as a key: an integer, a finite float or a string (anything else as JSON text)."""
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    return display(value)
 
 
 def _trajectory_reward(value: Any) -> float | None:
@@ -481,7 +500,7 @@ def _trajectory_reward(value: Any) -> float | None:
     if not isinstance(value, str):
         return None
     try:
-        trajectories = json.loads(value)
+        trajectories = parse_json(value)
     except ValueError:
         return None
     scores = (
@@ -497,6 +516,7 @@ def _same_step(value: Any, wanted: Any) -> bool:
 
 
 def _step_order(step: Any) -> tuple[int, float, str]:
-    if isinstance(step, (int, float)) and not isinstance(step, bool):
-        return (0, float(step), "")
+    number = _number(step)
+    if number is not None:
+        return (0, number, "")
     return (1, 0.0, str(step))

@@ -17,6 +17,7 @@ from verl_otel_bridge.report.rows import (
     session_row,
     step_rows,
 )
+from verl_otel_bridge.tree import printable
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -24,14 +25,12 @@ if TYPE_CHECKING:
 
 def renderables(report: Report) -> list[RenderableType]:
     """The report as ``rich`` renderables: the step table, then each step's details."""
-    from rich.text import Text
-
     out: list[RenderableType] = []
     table = _table("Steps (done: finished sessions; err: error spans; 0-adv: zero-advantage groups)")
     for column in STEP_COLUMNS:
         table.add_column(column, justify="left" if column == "step" else "right")
     for row in step_rows(report):
-        table.add_row(*(Text(row[c]) for c in STEP_COLUMNS))
+        table.add_row(*(_text(row[c]) for c in STEP_COLUMNS))
     out.append(table)
     for step in report.steps:
         out.extend(_step(step))
@@ -39,17 +38,15 @@ def renderables(report: Report) -> list[RenderableType]:
         f"{report.spans} spans in sessions from {len(report.files)} files; "
         f"{report.outside_sessions} spans outside sessions; {report.bad_lines} bad lines"
     )
-    out.append(Text(read))
+    out.append(_text(read))
     for path, line, problem in report.bad_examples[:5]:
-        out.append(Text(f"{path}:{line}: {problem}"))
+        out.append(_text(f"{path}:{line}: {problem}"))
     return out
 
 
 def _step(step: StepReport) -> list[RenderableType]:
-    from rich.text import Text
-
     parts: list[RenderableType] = [
-        Text(
+        _text(
             f"\nstep {step.step}: {step.sessions} sessions, {step.finished} finished; duration p50 "
             f"{seconds(step.p50_s)}, p90 {seconds(step.p90_s)}, max {seconds(step.max_s)}",
             style="bold",
@@ -60,7 +57,7 @@ def _step(step: StepReport) -> list[RenderableType]:
     for s in step.stragglers:
         ratio = s.duration_s / step.p50_s if step.p50_s else float("inf")
         parts.append(
-            Text(
+            _text(
                 f"straggler: uid {s.uid!r} sample {s.sample} session {s.session}: {s.duration_s:.3f} s, "
                 f"{ratio:.0f} x the median (generate {s.generate_s:.3f} s, tool {s.tool_s:.3f} s)",
                 style="yellow",
@@ -71,18 +68,18 @@ def _step(step: StepReport) -> list[RenderableType]:
     if step.hung:
         parts.append(_sessions("hung: progress records but no session span", step.hung, OPEN_COLUMNS))
     if step.partial:
-        parts.append(Text(f"{step.partial} sessions with some spans but neither a session span nor progress"))
+        parts.append(_text(f"{step.partial} sessions with some spans but neither a session span nor progress"))
     if step.errored:
         parts.append(_sessions(f"errors ({step.error_spans} error spans)", step.errored, ERROR_COLUMNS))
     for group in step.zero_advantage[:LISTED]:
         parts.append(
-            Text(f"zero advantage: uid {group.uid!r}: all {group.sessions} sessions got reward {group.reward:g}")
+            _text(f"zero advantage: uid {group.uid!r}: all {group.sessions} sessions got reward {group.reward:g}")
         )
     if len(step.zero_advantage) > LISTED:
-        parts.append(Text(f"... and {len(step.zero_advantage) - LISTED} more zero-advantage groups"))
+        parts.append(_text(f"... and {len(step.zero_advantage) - LISTED} more zero-advantage groups"))
     if step.rewarded:
         parts.append(
-            Text(
+            _text(
                 f"reward: mean {number(step.reward_mean)} over {step.rewarded} sessions; "
                 f"r(reward, duration) = {number(step.reward_vs_duration, 2)}, "
                 f"r(reward, turns) = {number(step.reward_vs_turns, 2)}"
@@ -91,20 +88,25 @@ def _step(step: StepReport) -> list[RenderableType]:
     return parts
 
 
+def _text(text: str, style: str = "") -> Any:
+    """Capture text for a terminal: control characters escaped (rich leaves escape sequences in)."""
+    from rich.text import Text
+
+    return Text(printable(text), style=style)
+
+
 def _table(title: str) -> Any:
     from rich import box
     from rich.table import Table
 
-    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
+    return Table(title=_text(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
 
 
 def _sessions(title: str, sessions: Sequence[SessionSummary], columns: Sequence[str]) -> Any:
-    from rich.text import Text
-
     table = _table(title)
     for column in columns:
         table.add_column(column, justify="left" if column in ("uid", "last span", "first error", "server") else "right")
     for s in sessions:
         row = session_row(s)
-        table.add_row(*(Text(row[c]) for c in columns))
+        table.add_row(*(_text(row[c]) for c in columns))
     return table

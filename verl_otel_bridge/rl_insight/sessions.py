@@ -14,13 +14,13 @@ end, from its export thread. So it calls the protocol's gauge publisher,
 from __future__ import annotations
 
 import importlib
-import json
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge.protocol import SESSION_SPAN_NAME, TRACE_SOURCE, TRAJECTORIES
+from verl_otel_bridge.records import parse_json
 from verl_otel_bridge.rl_insight import private
 
 
@@ -58,7 +58,7 @@ def _trajectories(encoded: Any) -> list[SimpleNamespace]:
     if not isinstance(encoded, str):
         return []
     try:
-        items = json.loads(encoded)
+        items = parse_json(encoded)
     except ValueError:
         return []
     return [SimpleNamespace(**item) for item in items if isinstance(item, dict)]
