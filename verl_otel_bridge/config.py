@@ -66,8 +66,8 @@ class ConfigError(ValueError):
 
 
 def default_spill_dir() -> str:
-    """Where spill files go unless ``spill_dir`` says otherwise: ``<tmp>/verl_otel_bridge_spill``."""
-    return os.path.join(tempfile.gettempdir(), "verl_otel_bridge_spill")
+    """Where spill files go unless ``spill_dir`` says otherwise: ``<tmp>/verl_otel_bridge_spill-<uid>`` (per user)."""
+    return os.path.join(tempfile.gettempdir(), f"verl_otel_bridge_spill-{os.geteuid()}")
 
 
 # -- kinds: how a value from a mapping or the environment becomes the key's type ------------

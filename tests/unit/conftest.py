@@ -18,7 +18,7 @@ sys.path.insert(
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.export import spill
+from verl_otel_bridge.export.spill import settings as spill_settings
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 
 from .fake_rl_insight import hide_rl_insight
@@ -42,7 +42,7 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]
             monkeypatch.delenv(name)
     hide_rl_insight(monkeypatch)
     monkeypatch.setattr(rl_insight_compat, "_INIT", rl_insight_compat._InitOnce())
-    monkeypatch.setattr(spill, "default_spill_dir", lambda: str(tmp_path / "spill"))
+    monkeypatch.setattr(spill_settings, "default_spill_dir", lambda: str(tmp_path / "spill"))
     previous = vob.set_bridge(None)
     yield
     leftover = vob.set_bridge(previous)

@@ -49,11 +49,17 @@ class ExportQueue:
     """Batches spans to ``export`` (called on a daemon worker thread, must not raise)."""
 
     def __init__(
-        self, export: ExportBatch, settings: QueueSettings, on_late_batch: Callable[[int], None] | None = None
+        self,
+        export: ExportBatch,
+        settings: QueueSettings,
+        on_late_batch: Callable[[int], None] | None = None,
+        *,
+        thread_name: str = "verl-otel-bridge-export",
     ) -> None:
         """``on_late_batch(n)`` is called if a batch of ``n`` spans that :meth:`shutdown`
         reported as abandoned is exported after all (so it can be uncounted)."""
         self._export = export
+        self._thread_name = thread_name
         self._on_late_batch = on_late_batch
         self._max_size = settings.max_size
         self._max_bytes = settings.max_bytes
@@ -75,7 +81,7 @@ class ExportQueue:
         self._abandoned_in_flight = 0
         self._stopping = False
         self._wake = threading.Event()
-        self._worker = threading.Thread(target=self._run, name="verl-otel-bridge-export", daemon=True)
+        self._worker = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
         self._worker.start()
 
     def put(self, span: ReadableSpan) -> bool:
@@ -140,7 +146,7 @@ class ExportQueue:
             abandoned = len(self._items) + self._abandoned_in_flight
             self._budget.give(sum(size for _span, size in self._items))
             self._items.clear()
-        if not self._worker.is_alive():
+        if not abandoned or not self._worker.is_alive():
             return abandoned
         logger.warning(
             "export did not finish within %.1f s; %d queued spans abandoned (the exporter may be hung)",

@@ -34,7 +34,18 @@ class CountingSpanExporter(WrappingSpanExporter):
         except Exception:
             logger.exception("%s exporter raised on %d spans", self.key, len(spans))
             result = SpanExportResult.FAILURE
-        accepted = len(spans) - self._left_out() if result is SpanExportResult.SUCCESS else 0
-        self.counts.add(self.key, accepted)
-        self.counts.add(FAILED, len(spans) - accepted)
+        if result is not SpanExportResult.SUCCESS:
+            return self.refused(spans)
+        left_out = self._left_out()
+        self.counts.add(self.key, len(spans) - left_out)
+        self.counts.add(FAILED, left_out)
+        self.accepted()
         return result
+
+    def accepted(self) -> None:
+        """Called after the inner exporter took a batch (and it was counted); for subclasses."""
+
+    def refused(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """What happens to a batch the inner exporter refused or raised on: counted ``failed``, here."""
+        self.counts.add(FAILED, len(spans))
+        return SpanExportResult.FAILURE
