@@ -203,17 +203,18 @@ class Bridge:
             try:
                 yield current
             except BaseException as exc:
-                cancelled = isinstance(exc, asyncio.CancelledError)
-                record_error(span, exc)
-                if not current.finished:
-                    current.finish(status="cancelled" if cancelled else "error")
+                if span.is_recording():  # not ended meanwhile by shutdown (as unfinished): that ending stands
+                    record_error(span, exc)
+                    if not current.finished:
+                        current.finish(status="cancelled" if isinstance(exc, asyncio.CancelledError) else "error")
                 raise
             else:
-                if not current.finished:
+                if span.is_recording() and not current.finished:
                     current.finish(status="success")
             finally:
                 block.close()
-                span.end()
+                if span.is_recording():
+                    span.end()
 
     def start_session(self, **fields: Unpack[IdentityFields]) -> Session:
         """Start a session without making it current: its ``agent_session`` span starts now and
