@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
 from verl_otel_bridge.bridge import Bridge, traced_by
 from verl_otel_bridge.config import PRIVACY_KEYS, BridgeConfig, ConfigError, resolve_leniently
+from verl_otel_bridge.exporters.jsonl import opened_on_first_export
 from verl_otel_bridge.identity import IdentityFields, SessionIdentity
 from verl_otel_bridge.session import Session
 
@@ -113,7 +114,8 @@ def _from_environment() -> Bridge:
     known = BridgeConfig.keys()
     for _ in known:
         try:
-            return Bridge(config)
+            with opened_on_first_export():  # made by a span: the caller's thread never waits on a file
+                return Bridge(config)
         except ValueError as exc:  # e.g. a jsonl_path that cannot be opened
             key = exc.key if isinstance(exc, ConfigError) else None
             if key is None or key in PRIVACY_KEYS:

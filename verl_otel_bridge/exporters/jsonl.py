@@ -7,7 +7,9 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import BinaryIO
 
@@ -21,12 +23,31 @@ from verl_otel_bridge.records import span_to_record
 
 logger = logging.getLogger(__name__)
 
+_OPEN_ON_FIRST_EXPORT: ContextVar[bool] = ContextVar("verl_otel_bridge.jsonl.open_on_first_export", default=False)
+
+
+@contextmanager
+def opened_on_first_export() -> Iterator[None]:
+    """JSON Lines exporters made inside open their file on the first export (the export thread), not now.
+
+    For a bridge made at span time (from the environment, by the first span): opening
+    a file may block (a FIFO nobody reads, a hung network mount), and the caller's
+    thread must never wait on the filesystem. A path that cannot be opened is then
+    logged at the first export, and its spans are counted failed.
+    """
+    token = _OPEN_ON_FIRST_EXPORT.set(True)
+    try:
+        yield
+    finally:
+        _OPEN_ON_FIRST_EXPORT.reset(token)
+
 
 class JsonlSpanExporter(SpanExporter):
     """Writes spans to ``path`` as JSON Lines, appending, flushed after every batch.
 
     The file is opened at construction so an unwritable path fails at
-    ``configure()``, not at the first span. ``~`` is expanded, and ``{pid}`` in
+    ``configure()``, not at the first span (inside :func:`opened_on_first_export`:
+    at the first export, on the export thread). ``~`` is expanded, and ``{pid}`` in
     ``path`` becomes the process id, so one ``VERL_OTEL_BRIDGE_JSONL_PATH`` in a
     Ray ``runtime_env`` gives every worker a file of its own.
 
@@ -40,19 +61,26 @@ class JsonlSpanExporter(SpanExporter):
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(os.fspath(path).replace("{pid}", str(os.getpid()))).expanduser()
+        self._given = os.fspath(path)
+        self.path = Path(self._given.replace("{pid}", str(os.getpid()))).expanduser()
+        self._file: BinaryIO | None = None
+        self._closed = False
+        self._once = OnceLogger(logger)
+        self._new_lock()
+        reinit_after_fork(self._new_lock)
+        if not _OPEN_ON_FIRST_EXPORT.get():
+            self._file = self._open()
+
+    def _open(self) -> BinaryIO:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Unbuffered, so one batch is one write(2) in append mode and a forked
             # child inherits no half-written buffer (nor the buffer's lock).
-            self._file: BinaryIO | None = self.path.open("ab", buffering=0)
+            return self.path.open("ab", buffering=0)
         except OSError as exc:
             raise ConfigError(
-                f"verl_otel_bridge: jsonl_path={str(path)!r} cannot be opened for appending: {exc}", "jsonl_path"
+                f"verl_otel_bridge: jsonl_path={self._given!r} cannot be opened for appending: {exc}", "jsonl_path"
             ) from exc
-        self._once = OnceLogger(logger)
-        self._new_lock()
-        reinit_after_fork(self._new_lock)
 
     def _new_lock(self) -> None:
         self._lock = threading.Lock()
@@ -61,6 +89,11 @@ class JsonlSpanExporter(SpanExporter):
         lines = "".join(json.dumps(span_to_record(span), ensure_ascii=False) + "\n" for span in spans)
         data = lines.encode("utf-8")
         with self._lock:
+            if self._file is None and not self._closed:
+                try:
+                    self._file = self._open()
+                except ValueError as exc:
+                    self._once.log("open", logging.WARNING, "%s; its spans are counted as failed", exc)
             if self._file is None:
                 return SpanExportResult.FAILURE
             fd = self._file.fileno()
@@ -87,6 +120,13 @@ class JsonlSpanExporter(SpanExporter):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
 
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
 
 def _end_of(fd: int) -> int | None:
     """Where an appended write starts (None for a pipe or a socket)."""
@@ -105,9 +145,3 @@ def _cut_back(fd: int, size: int | None) -> bool:
     except OSError:
         return False
     return True
-
-    def shutdown(self) -> None:
-        with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
