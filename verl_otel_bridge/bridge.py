@@ -10,6 +10,7 @@ import logging
 import math
 import multiprocessing
 import multiprocessing.util
+import threading
 import time
 import warnings
 import weakref
@@ -136,6 +137,8 @@ class Bridge:
         self._inflight = InflightSessions(self.counts, self.config.progress_interval_s, self.config.straggler_factor)
         self._provider: TracerProvider | None = None
         self._closed = False
+        self._closing_thread: threading.Thread | None = None
+        self._shut_down = threading.Event()
         if self.config.enabled:
             self._pipeline = build_pipeline(self.config, self.counts)
             self._processor = ExportSpanProcessor(
@@ -153,8 +156,11 @@ class Bridge:
         else:
             self.tracer = NoOpTracer()
         atexit.register(self._at_exit)
-        if self._provider is not None and self.config.handle_sigterm:
+        self._sigterm = (
             flush_on_sigterm(*_sigterm_hooks(weakref.ref(self)))
+            if self._provider is not None and self.config.handle_sigterm
+            else None
+        )
         self._mp_exit: multiprocessing.util.Finalize | None = None
         _shut_down_at_multiprocessing_exit(self)
         multiprocessing.util.register_after_fork(self, _shut_down_at_multiprocessing_exit)
@@ -363,24 +369,35 @@ class Bridge:
         """Flush (at most ``timeout_s``, default the config's ``shutdown_timeout_s``) and stop.
 
         Logs one summary line: INFO, or WARNING if spans were dropped, failed,
-        or went to the fallback because RL-Insight was unusable. Idempotent.
+        or went to the fallback because RL-Insight was unusable. Idempotent: a
+        call while another thread shuts the bridge down (SIGTERM's) waits for it,
+        at most ``timeout_s``.
         """
+        timeout_s = self.config.shutdown_timeout_s if timeout_s is None else timeout_s
         if self._closed:
+            if threading.current_thread() is not self._closing_thread:
+                self._shut_down.wait(timeout_s)
             return
         self._closed = True
-        atexit.unregister(self._at_exit)
-        if self._mp_exit is not None:
-            self._mp_exit.cancel()
-        if self._provider is None or self._processor is None:
-            return
-        timeout_s = self.config.shutdown_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout_s
-        self._inflight.close(timeout_s)  # ends the sessions still open, so they are exported below
-        self._identity_processor.shutdown()
-        self._processor.shutdown(max(0.0, deadline - time.monotonic()))
-        if self._owns_provider:
-            self._provider.shutdown()
-        self._log_summary()
+        self._closing_thread = threading.current_thread()
+        try:
+            if self._mp_exit is not None:
+                self._mp_exit.cancel()
+            if self._provider is None or self._processor is None:
+                return
+            deadline = time.monotonic() + timeout_s
+            self._inflight.close(timeout_s)  # ends the sessions still open, so they are exported below
+            self._identity_processor.shutdown()
+            self._processor.shutdown(max(0.0, deadline - time.monotonic()))
+            if self._owns_provider:
+                self._provider.shutdown()
+            self._log_summary()
+        finally:
+            # Only now: an interpreter exit while another thread shuts down waits for it here.
+            atexit.unregister(self._at_exit)
+            if self._sigterm is not None:
+                self._sigterm.close()
+            self._shut_down.set()
 
     def status(self) -> dict[str, Any]:
         """Where spans go and why, the detected RL-Insight version, and the counters.
