@@ -7,6 +7,12 @@ this module waits between attempts itself, so that the export's deadline
 (``timeout_s``, OpenTelemetry's ``OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT``) bounds
 the retries too and :meth:`OtlpHttpSender.close` ends a wait at once.
 
+The deadline bounds everything read from the endpoint: a request's connection is
+cut when it passes (:mod:`verl_otel_bridge.otlp.deadline`), so an answer sent one
+byte at a time cannot hold an export past it, and at most
+:data:`~verl_otel_bridge.otlp.deadline.MAX_ANSWER_BYTES` of an answer's body are read
+(a longer one fails the request; it is not retried).
+
 What is retried, as in OpenTelemetry's exporter: answers 429, 502, 503 and
 504 (after ``Retry-After`` when the server sends one, else after an
 exponential backoff with jitter), and connections that could not be made or
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlparse
 
 from verl_otel_bridge._version import __version__, install_command
+from verl_otel_bridge.otlp.deadline import AnswerTooLarge, Deadline, read_bounded, watched
 from verl_otel_bridge.otlp.settings import DEFAULT_TIMEOUT_S, SenderSettings, check_url
 from verl_otel_bridge.secrets import mask_url
 
@@ -182,6 +189,16 @@ class OtlpHttpSender:
         return self.settings.timeout_s
 
     def _pool_manager(self, lib: Any, proxies: Mapping[str, str]) -> urllib3.PoolManager:
+        manager = self._bare_pool_manager(lib, proxies)
+        # Every connection's socket is watched by the deadline of the request using it.
+        plain, tls = watched(lib.connection.HTTPConnection), watched(lib.connection.HTTPSConnection)
+        manager.pool_classes_by_scheme = {
+            "http": type("WatchedPool", (lib.HTTPConnectionPool,), {"ConnectionCls": plain}),
+            "https": type("WatchedTLSPool", (lib.HTTPSConnectionPool,), {"ConnectionCls": tls}),
+        }
+        return manager
+
+    def _bare_pool_manager(self, lib: Any, proxies: Mapping[str, str]) -> urllib3.PoolManager:
         parsed = urlparse(self._url)
         options: dict[str, Any] = {"num_pools": 1, "maxsize": 1, "retries": False}
         if parsed.scheme == "https":
@@ -218,10 +235,10 @@ class OtlpHttpSender:
             if remaining <= 0:
                 raise OtlpSendError(f"POST {self.endpoint}: no answer within the export deadline")
             attempt += 1
-            response, error = self._attempt(payload, remaining)
+            response, body, error = self._attempt(payload, remaining)
             if response is not None and 200 <= response.status < 300:
                 return
-            failure, status = self._describe(response, error)
+            failure, status = self._describe(response, body, error)
             if response is not None and not retry.is_retry("POST", response.status, "Retry-After" in response.headers):
                 raise OtlpSendError(f"{failure} (not retried)", status)
             try:
@@ -241,27 +258,42 @@ class OtlpHttpSender:
         self._closed.set()
         self._pool.clear()
 
-    def _attempt(self, payload: bytes, remaining: float) -> tuple[Any, Exception | None]:
+    def _attempt(self, payload: bytes, remaining: float) -> tuple[Any, bytes, Exception | None]:
+        """One POST within ``remaining`` seconds: the answer and its body, or the error."""
         urllib3 = self._urllib3
+        deadline = Deadline(time.monotonic() + remaining)
+        response = None
         try:
-            response = self._pool.urlopen(
-                "POST",
-                self._url,
-                body=payload,
-                headers=self._headers,
-                timeout=urllib3.Timeout(total=remaining),
-                retries=False,
-                redirect=False,
-                preload_content=True,
-            )
+            with deadline.current():
+                response = self._pool.urlopen(
+                    "POST",
+                    self._url,
+                    body=payload,
+                    headers=self._headers,
+                    timeout=urllib3.Timeout(total=remaining),
+                    retries=False,
+                    redirect=False,
+                    preload_content=False,
+                    decode_content=False,  # quoted as sent: never inflated
+                )
+                body = read_bounded(response.read)
+            response.release_conn()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            return None, exc
-        return response, None
+            if response is not None:
+                response.close()  # the rest of the answer is never read: the connection is not reused
+                response.release_conn()
+            if isinstance(exc, AnswerTooLarge):
+                status = response.status if response is not None else None
+                raise OtlpSendError(f"POST {self.endpoint} answered {status}: {exc} (not retried)", status) from exc
+            if deadline.expired:
+                return None, b"", TimeoutError("the whole answer did not arrive within the export deadline")
+            return None, b"", exc
+        return response, body, None
 
-    def _describe(self, response: Any, error: Exception | None) -> tuple[str, int | None]:
+    def _describe(self, response: Any, body: bytes, error: Exception | None) -> tuple[str, int | None]:
         if response is None:
             return str(mask_url(f"POST {self.endpoint}: {type(error).__name__}: {error}")), None
-        quoted = (response.data or b"")[:_BODY_QUOTE].decode("utf-8", "replace")
+        quoted = body[:_BODY_QUOTE].decode("utf-8", "replace")
         return f"POST {self.endpoint} answered {response.status} {response.reason}: {quoted!r}", response.status
 
     @staticmethod

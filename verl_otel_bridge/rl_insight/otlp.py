@@ -17,12 +17,10 @@ exporter uses the hub.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
-import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlparse
@@ -30,6 +28,7 @@ from urllib.parse import urlparse
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan
 
+from verl_otel_bridge.otlp.deadline import get_bounded
 from verl_otel_bridge.otlp.exporter import OtlpSpanExporter
 from verl_otel_bridge.otlp.sender import (
     OtlpHttpSender,
@@ -39,6 +38,7 @@ from verl_otel_bridge.otlp.sender import (
     import_urllib3,
 )
 from verl_otel_bridge.otlp.settings import SenderSettings
+from verl_otel_bridge.records import parse_json
 from verl_otel_bridge.secrets import Scrubber
 
 logger = logging.getLogger(__name__)
@@ -59,18 +59,16 @@ def fetch_services(server_url: str, timeout_s: float) -> dict[str, Any]:
     """``GET {server_url}/api/v1/services``: the ports RL-Insight's server advertises.
 
     User info in the URL (``http://user:pass@host``) is sent as Basic auth, not
-    as part of the address.
+    as part of the address. Bounded by ``timeout_s`` in all and by
+    :data:`~verl_otel_bridge.otlp.deadline.MAX_ANSWER_BYTES`, however the server answers.
 
     Raises:
-        OSError: the server did not answer (``urllib.error.URLError`` is an ``OSError``).
+        OSError: the server did not answer in time (``urllib.error.URLError`` is an ``OSError``), or too much.
         ValueError: the answer is not a JSON object.
     """
     url, authorization = credentials_from_url(server_url.rstrip("/"))
-    request = urllib.request.Request(url + SERVICES_PATH)  # noqa: S310
-    if authorization is not None:
-        request.add_header("Authorization", authorization)
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
-        data = json.loads(response.read().decode("utf-8"))
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    data = parse_json(get_bounded(url + SERVICES_PATH, headers, timeout_s).decode("utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{SERVICES_PATH} answered a JSON {type(data).__name__}, not an object")
     return data
