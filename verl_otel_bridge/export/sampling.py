@@ -40,6 +40,7 @@ from opentelemetry.trace import StatusCode
 from verl_otel_bridge.accounting import SAMPLED_OUT, SAMPLING_RELEASED, SpanCounts
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export.budget import span_size
+from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.protocol import REWARD, SESSION_SPAN_NAME, TRAJECTORIES
 from verl_otel_bridge.records import parse_json
 
@@ -112,13 +113,18 @@ class SessionSampler:
     def __init__(self, settings: SamplingSettings, counts: SpanCounts) -> None:
         self.settings = settings
         self.counts = counts
+        self._hold_nothing()
+        reinit_after_fork(self._hold_nothing)
+        self._decided: collections.OrderedDict[SessionKey, bool] = collections.OrderedDict()
+        self._durations = _Ranks()
+        self._rewards = _Ranks()
+
+    def _hold_nothing(self) -> None:
+        # Also the after-fork hook: spans held in the parent are the parent's to pass on.
         self._lock = threading.Lock()
         self._held: collections.OrderedDict[SessionKey, list[ReadableSpan]] = collections.OrderedDict()
         self._held_bytes: dict[SessionKey, int] = {}
         self._bytes = 0
-        self._decided: collections.OrderedDict[SessionKey, bool] = collections.OrderedDict()
-        self._durations = _Ranks()
-        self._rewards = _Ranks()
 
     @property
     def held(self) -> int:

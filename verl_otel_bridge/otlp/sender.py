@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlparse
 
 from verl_otel_bridge._version import __version__, install_command
+from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.otlp.deadline import AnswerTooLarge, Deadline, read_bounded, watched
 from verl_otel_bridge.otlp.settings import DEFAULT_TIMEOUT_S, SenderSettings, check_url
 from verl_otel_bridge.secrets import mask_url
@@ -150,7 +151,7 @@ class OtlpHttpSender:
         if self.settings.compression != "none":
             self._headers["Content-Encoding"] = self.settings.compression
         self._urllib3 = urllib3
-        self._pool = self._pool_manager(urllib3, proxies or {})
+        self._proxies = dict(proxies or {})
         self._policy = urllib3.Retry(
             total=MAX_ATTEMPTS - 1,
             connect=None,
@@ -166,6 +167,14 @@ class OtlpHttpSender:
             respect_retry_after_header=True,
             raise_on_status=False,
         )
+        self._connect()
+        reinit_after_fork(self._connect)
+
+    def _connect(self) -> None:
+        # Also the after-fork hook: a forked child gets a pool of its own. The parent's
+        # keep-alive connection stays the parent's (two processes writing requests on
+        # one connection corrupt both), and a close() in the parent ends no wait here.
+        self._pool = self._pool_manager(self._urllib3, self._proxies)
         self._closed = threading.Event()
 
     @classmethod
@@ -286,7 +295,7 @@ class OtlpHttpSender:
                 status = response.status if response is not None else None
                 raise OtlpSendError(f"POST {self.endpoint} answered {status}: {exc} (not retried)", status) from exc
             if deadline.expired:
-                return None, b"", TimeoutError("the whole answer did not arrive within the export deadline")
+                return None, b"", TimeoutError("timed out: no whole answer within the export deadline")
             return None, b"", exc
         return response, body, None
 

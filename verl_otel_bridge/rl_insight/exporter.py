@@ -27,6 +27,7 @@ from verl_otel_bridge.attributes import attributes_dict
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.exporters.kinds import named_exporter
 from verl_otel_bridge.exporters.redacting import redact
+from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.rl_insight import private
@@ -97,7 +98,8 @@ class RLInsightSpanExporter(SpanExporter):
         self.minimum_version = minimum_version or self.config.rl_insight_min_version
         self.explicit = explicit
         self.counts = counts if counts is not None else SpanCounts()
-        self._lock = threading.Lock()
+        self._new_lock()
+        reinit_after_fork(self._new_lock)
         self._static: Probe | None = None
         self._last: Probe | None = None
         self._once = OnceLogger(logger)
@@ -117,6 +119,9 @@ class RLInsightSpanExporter(SpanExporter):
         )
         # The bridge's pipeline redacts before its exporters; built by name, this exporter does it itself.
         self._redacted = frozenset(self.config.redact_attributes) if by_name else frozenset()
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()  # also after a fork: the export thread may have held it
 
     def start_probe(self) -> None:
         """Start checking RL-Insight on a thread of its own.

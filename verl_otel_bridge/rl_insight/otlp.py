@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan
 
+from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.otlp.deadline import get_bounded
 from verl_otel_bridge.otlp.exporter import OtlpSpanExporter
 from verl_otel_bridge.otlp.sender import (
@@ -183,10 +184,14 @@ class OtlpTransport:
         self._added = {"process_id": str(os.getpid()), **{k: v for k, v in (labels or {}).items() if v is not None}}
         self._resource = Resource.create({SERVICE_NAME: namespace})
         self._exporter: OtlpSpanExporter | None = None
-        self._lock = threading.Lock()
+        self._new_lock()
+        reinit_after_fork(self._new_lock)
         self._discovery = _Backoff()
         self._sending = _Backoff()
         self.last_error: str | None = None
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()  # also after a fork: the export thread may have held it
 
     @property
     def endpoint(self) -> str | None:
