@@ -8,7 +8,7 @@ none of these is set: the bridge keys ``exporter``, ``fallback``,
 (``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), or
 ``rl_insight`` in verl's ``trainer.logger``. Then:
 
-* ``OTEL_TRACES_EXPORTER`` names the exporter (``otlp``, ``console``, ``none``);
+* ``OTEL_TRACES_EXPORTER`` names the exporter (``otlp``, ``console``, ``none``, ``rl_insight``);
 * else an OTLP endpoint (variable or ``otlp_endpoint``) makes it ``otlp``;
 * ``jsonl_path`` alone makes it ``jsonl`` to that file;
 * with none of them, each process appends to its own file in :func:`default_dir`
@@ -44,7 +44,13 @@ TRACES_EXPORTER_ENV = "OTEL_TRACES_EXPORTER"
 #: OpenTelemetry's OTLP endpoint variables: either one makes ``otlp`` the default.
 OTLP_ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 #: ``OTEL_TRACES_EXPORTER`` value -> the bridge's exporter (its ``otlp`` is OTLP/HTTP with protobuf).
-TRACES_EXPORTERS = {"otlp": "otlp", "otlp_proto_http": "otlp", "console": "console", "none": "none"}
+TRACES_EXPORTERS = {
+    "otlp": "otlp",
+    "otlp_proto_http": "otlp",
+    "console": "console",
+    "none": "none",
+    "rl_insight": "rl_insight",
+}
 #: Bridge keys that, when set anywhere, say where spans go.
 DESTINATION_KEYS = ("exporter", "fallback", "jsonl_path", "otlp_endpoint")
 
