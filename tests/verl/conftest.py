@@ -20,7 +20,6 @@ import stack
 from verl_otel_bridge.verl import destination
 
 HERE = Path(__file__).resolve().parent
-EXAMPLES = HERE.parents[1] / "examples"
 
 _spec = importlib.util.spec_from_file_location("integration_conftest", HERE.parent / "integration" / "conftest.py")
 assert _spec is not None and _spec.loader is not None
@@ -63,7 +62,7 @@ def ray_local(verl_files: dict[str, Path]) -> Iterator[stack.RayLoopback]:
     so they write to the default directory (under their ``XDG_STATE_HOME``, a temporary one)."""
     worker_env = {
         # tool modules; the stand-ins (examples/verl_cpu.py) Ray's actors are made of
-        "PYTHONPATH": os.pathsep.join([str(verl_files["root"]), str(HERE), str(EXAMPLES)]),
+        "PYTHONPATH": os.pathsep.join([str(verl_files["root"]), str(HERE), str(harness.EXAMPLES)]),
         "XDG_STATE_HOME": str(verl_files["state"]),
     }
     # Ray's processes inherit the driver's environment: leave out any VERL_OTEL_BRIDGE_* of the caller's

@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+#: The example a verl user runs: verl's agent loop on CPU with the plugin's switch (tests/verl/test_example.py).
+EXAMPLE = EXAMPLES / "verl_agent_loop.py"
+sys.path.insert(0, str(EXAMPLES))
 
 # The stand-ins, said once, in the example a verl user runs.
-from verl_cpu import (
+from verl_cpu import (  # noqa: E402 - found on the path set above
     FINAL_ANSWER,
     OVERRIDE_TEXT,
     TOOL_CALLS,
@@ -25,6 +29,8 @@ from verl_cpu import (
 )
 
 __all__ = [
+    "EXAMPLE",
+    "EXAMPLES",
     "FINAL_ANSWER",
     "OVERRIDE_TEXT",
     "TOOL_CALLS",
@@ -39,7 +45,19 @@ __all__ = [
     "make_config",
     "make_worker",
     "records",
+    "user_environment",
 ]
+
+
+def user_environment(tmp_path: Path) -> dict[str, str]:
+    """The caller's environment without any bridge, OpenTelemetry or verl logging setting (a user who set only
+    verl's switch), with a state directory of its own under ``tmp_path``."""
+    kept = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("VERL_OTEL_", "OTEL_", "VERL_LOGGING_LEVEL", "VERL_RL_INSIGHT"))
+    }
+    return {**kept, "XDG_STATE_HOME": str(tmp_path / "state")}
 
 
 def records(spans: Sequence[Any]) -> list[dict[str, Any]]:

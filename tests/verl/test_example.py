@@ -15,29 +15,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import harness
+
 from verl_otel_bridge.verl import destination
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "verl_agent_loop.py"
 CLI = Path(sys.executable).parent / "verl-otel-bridge"
 #: 2 prompts x 2 rollouts of ToolAgentLoop (session, task, 2 generate and 3 tool turns) and of SingleTurnAgentLoop
 #: (session, task, 1 generate turn).
 SPANS = 4 * 7 + 4 * 3
 
 
-def user_environment(tmp_path: Path) -> dict[str, str]:
-    """The caller's environment without any bridge or OpenTelemetry setting, with a state directory of its own."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("VERL_OTEL_", "OTEL_", "VERL_LOGGING_LEVEL", "VERL_RL_INSIGHT"))
-    }
-    return {**env, "XDG_STATE_HOME": str(tmp_path / "state")}
-
-
 def test_the_example_writes_the_default_directory_says_so_once_and_reports_on_it(tmp_path: Path) -> None:
-    env = user_environment(tmp_path)
+    env = harness.user_environment(tmp_path)
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+        [sys.executable, str(harness.EXAMPLE)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-4000:]
     directory = destination.default_dir(env)
