@@ -160,7 +160,7 @@ def file_is_a_link(state_home: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("spoil", "reason"),
-    [(link_to_elsewhere, "is a symbolic link"), (widen, "has mode 755"), (file_is_a_link, "symbolic links")],
+    [(link_to_elsewhere, "is a symbolic link"), (widen, "has mode 0755"), (file_is_a_link, "is a symbolic link")],
 )
 def test_a_default_directory_that_is_not_private_is_refused_and_said(
     state_home: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, spoil: Any, reason: str

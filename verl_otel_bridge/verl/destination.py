@@ -15,9 +15,9 @@ none of these is set: the bridge keys ``exporter``, ``fallback``,
   (``spans-<host>-<pid>-<start>-<random>.jsonl``), and logs one WARNING naming
   the file and how to choose another destination.
 
-The directory is made private (``0700``, owned by the user, not a symbolic
-link) and each file is created ``0600`` with ``O_EXCL | O_NOFOLLOW`` when the
-worker starts, never where spans are made. A directory that cannot be used is
+The directory is made private (:mod:`verl_otel_bridge.private_files`: ``0700``,
+owned by the user, not a symbolic link) and each file is created ``0600`` with
+``O_EXCL | O_NOFOLLOW`` when the worker starts, never where spans are made. A directory that cannot be used is
 logged at WARNING and the spans stay in the bounded in-memory buffer.
 """
 
@@ -29,13 +29,13 @@ import os
 import re
 import secrets
 import socket
-import stat
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from verl_otel_bridge.config import BridgeConfig, value_sources
+from verl_otel_bridge.private_files import open_private_new, open_private_read, private_dir
 
 logger = logging.getLogger(__name__)
 
@@ -159,63 +159,19 @@ def _traces_exporter(value: str) -> str | tuple[str, ...]:
 
 
 def open_process_file(directory: Path) -> tuple[Path, bool]:
-    """Create (``0600``, ``O_EXCL | O_NOFOLLOW``) this process's file in the private ``directory``.
+    """Create (``0600``, ``O_EXCL | O_NOFOLLOW``) this process's file in ``directory``, made private first.
 
     Returns its path and whether it was created now (False: this process made it
     before, e.g. for an earlier bridge, and it is appended to).
 
     Raises:
-        OSError: the directory cannot be made private, or the file is not a
-            regular file of this user.
+        OSError: the directory cannot be made private (:class:`UnsafePathError`), or the
+            existing file is not a regular file of this user's alone.
     """
-    folder = private_dir(directory)
-    name = process_file_name()
-    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    path = private_dir(directory) / process_file_name()
     try:
-        try:
-            fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=folder)
-            created = True
-        except FileExistsError:
-            fd = os.open(name, flags | os.O_APPEND, dir_fd=folder)
-            created = False
-        try:
-            _check_private(os.fstat(fd), directory / name, stat.S_ISREG, "a regular file")
-        finally:
-            os.close(fd)
-    finally:
-        os.close(folder)
-    return directory / name, created
-
-
-def private_dir(directory: Path) -> int:
-    """An open descriptor of ``directory``, created ``0700`` (parents too) if missing, never through a link.
-
-    Raises:
-        OSError: it is a symbolic link or not a directory, or is not this user's
-            alone (another owner, or group/other permission bits).
-    """
-    directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        os.mkdir(directory, 0o700)
+        os.close(open_private_new(path))
     except FileExistsError:
-        if directory.is_symlink():
-            raise OSError(f"{directory} is a symbolic link, which the bridge does not follow") from None
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        _check_private(os.fstat(fd), directory, stat.S_ISDIR, "a directory")
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _check_private(info: os.stat_result, path: Path, kind: Any, what: str) -> None:
-    if not kind(info.st_mode):
-        raise OSError(f"{path} is not {what}")
-    if info.st_uid != os.geteuid():
-        raise OSError(f"{path} belongs to uid {info.st_uid}, not to this user ({os.geteuid()})")
-    if info.st_mode & 0o077:
-        raise OSError(
-            f"{path} has mode {stat.S_IMODE(info.st_mode):o}: others can read it; make it private "
-            f"(chmod go= {path}) or remove it"
-        )
+        os.close(open_private_read(path))  # checked: a regular file of this user's, 0600, not a link
+        return path, False
+    return path, True
