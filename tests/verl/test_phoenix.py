@@ -37,6 +37,7 @@ SESSIONS_QUERY = """{ projects { edges { node { name sessions(first: 100) { edge
 _spec = importlib.util.spec_from_file_location("backends_conftest", HERE.parent / "backends" / "conftest.py")
 assert _spec is not None and _spec.loader is not None
 backends = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = backends  # its dataclasses look their module up
 _spec.loader.exec_module(backends)
 
 pytestmark = pytest.mark.skipif(
