@@ -50,7 +50,7 @@ def test_no_destination_writes_a_private_file_per_process_and_warns_once(
     state_home: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, LOGGER)
-    config = destination.from_verl(verl_config())
+    config = destination.worker_config(verl_config())
     path = Path(config.jsonl_path)
     assert config.exporter == "jsonl" and path.parent == state_home == destination.default_dir()
     assert path.name == destination.process_file_name() and path.name.startswith("spans-")
@@ -59,7 +59,7 @@ def test_no_destination_writes_a_private_file_per_process_and_warns_once(
     assert str(path) in said and f"verl-otel-bridge report {state_home}" in said
     assert "VERL_OTEL_BRIDGE_EXPORTER" in said and "docs/verl.md" in said
     # a later bridge of the same process appends to the same file, silently
-    again = destination.from_verl(verl_config())
+    again = destination.worker_config(verl_config())
     assert again.jsonl_path == str(path) and len(warnings(caplog)) == 1
     bridge = Bridge(config)
     try:
@@ -119,7 +119,7 @@ def test_a_configured_destination_wins_over_the_default(
 ) -> None:
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    config = destination.from_verl(verl_config(loggers=loggers, section=section))
+    config = destination.worker_config(verl_config(loggers=loggers, section=section))
     assert config.exporter == exporter
     assert not state_home.exists() and not warnings(caplog)
 
@@ -128,7 +128,7 @@ def test_jsonl_path_alone_makes_the_exporter_jsonl_to_that_file(
     tmp_path: Path, state_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VERL_OTEL_BRIDGE_JSONL_PATH", str(tmp_path / "mine-{pid}.jsonl"))
-    config = destination.from_verl(verl_config())
+    config = destination.worker_config(verl_config())
     assert (config.exporter, config.jsonl_path) == ("jsonl", str(tmp_path / "mine-{pid}.jsonl"))
     assert not state_home.exists()
 
@@ -138,7 +138,7 @@ def test_an_otel_traces_exporter_the_bridge_lacks_fails_naming_the_variable_and_
 ) -> None:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
     with pytest.raises(ValueError, match=r"OTEL_TRACES_EXPORTER='zipkin' names 'zipkin'.*VERL_OTEL_BRIDGE_EXPORTER"):
-        destination.from_verl(verl_config())
+        destination.worker_config(verl_config())
 
 
 def link_to_elsewhere(state_home: Path, tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ def test_a_default_directory_that_is_not_private_is_refused_and_said(
     state_home: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, spoil: Any, reason: str
 ) -> None:
     spoil(state_home, tmp_path)
-    config = destination.from_verl(verl_config())
+    config = destination.worker_config(verl_config())
     assert config.exporter == "auto" and config.fallback == "memory"  # spans stay in memory, and it is said
     (said,) = warnings(caplog)
     assert "cannot be used" in said and reason in said and "VERL_OTEL_BRIDGE_EXPORTER" in said

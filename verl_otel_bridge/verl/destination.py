@@ -1,7 +1,7 @@
 """Where the verl plugin's spans go when nothing says where: a JSON Lines file per process in :func:`default_dir`.
 
-The plugin's workers build their bridge with :func:`from_verl`. It is
-:meth:`BridgeConfig.from_verl` except when no destination is configured, i.e.
+The plugin's workers build their bridge with :func:`worker_config`. It is
+:func:`~verl_otel_bridge.verl.config.bridge_config` except when no destination is configured, i.e.
 none of these is set: the bridge keys ``exporter``, ``fallback``,
 ``jsonl_path``, ``otlp_endpoint`` (``VERL_OTEL_BRIDGE_*`` or verl's
 ``otel_bridge`` section), ``OTEL_TRACES_EXPORTER``, an OTLP endpoint variable
@@ -36,6 +36,7 @@ from typing import Any
 
 from verl_otel_bridge.config import BridgeConfig, value_sources
 from verl_otel_bridge.private_files import open_private_new, open_private_read, private_dir
+from verl_otel_bridge.verl.config import bridge_config, bridge_section
 
 logger = logging.getLogger(__name__)
 
@@ -82,19 +83,19 @@ def process_file_name() -> str:
     return f"spans-{host}-{os.getpid()}-{_STARTED}-{_RANDOM}.jsonl"
 
 
-def from_verl(verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None) -> BridgeConfig:
-    """:meth:`BridgeConfig.from_verl`, with the plugin's default destination when none is configured
-    (see the module docstring).
+def worker_config(verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None) -> BridgeConfig:
+    """:func:`~verl_otel_bridge.verl.config.bridge_config`, with the plugin's default destination when none is
+    configured (see the module docstring).
 
     Raises:
-        ValueError: a bad setting (as :meth:`BridgeConfig.from_verl`), or an
+        ValueError: a bad setting (as ``bridge_config``), or an
             ``OTEL_TRACES_EXPORTER`` the bridge has no exporter for.
     """
     env = os.environ if environ is None else environ
-    config = BridgeConfig.from_verl(verl_config, environ=env)
+    config = bridge_config(verl_config, environ=env)
     if config.rl_insight_enable is True or not config.enabled:
         return config
-    sources = value_sources(_bridge_section(verl_config), environ=env)
+    sources = value_sources(bridge_section(verl_config), environ=env)
     given = {key for key in DESTINATION_KEYS if sources[key] != "default"}
     if {"exporter", "fallback"} & given:
         return config
@@ -133,16 +134,6 @@ _HOW_TO_CHOOSE = (
     "set VERL_OTEL_BRIDGE_EXPORTER=otlp with OTEL_EXPORTER_OTLP_ENDPOINT, =jsonl with VERL_OTEL_BRIDGE_JSONL_PATH, "
     "or =console, =memory, =none (on Ray through the job's runtime_env; see docs/verl.md)"
 )
-
-
-def _bridge_section(verl_config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """verl's ``actor_rollout_ref.rollout.trace.otel_bridge`` section, or an empty one."""
-    section: Any = verl_config
-    for key in ("actor_rollout_ref", "rollout", "trace", "otel_bridge"):
-        section = section.get(key) if isinstance(section, Mapping) else None
-        if section is None:
-            return {}
-    return section if isinstance(section, Mapping) else {}
 
 
 def _traces_exporter(value: str) -> str | tuple[str, ...]:

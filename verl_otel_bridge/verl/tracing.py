@@ -321,7 +321,7 @@ def _worker_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
         _warn("reading the backend", exc)
         return
     try:
-        config = destination.from_verl(instance.config)
+        config = destination.worker_config(instance.config)
     except ValueError:
         raise
     except Exception as exc:  # noqa: BLE001 - a config shape we do not know: the environment alone decides
