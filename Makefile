@@ -16,8 +16,8 @@ $(READY): pyproject.toml
 demo: $(READY)  ## the main job: a simulated agent-loop step, traced, ending with the report of its own run
 	$(BIN)/python examples/agent_loop.py
 
-test: $(READY)  ## unit tests (every claimed Python, and the oldest dependencies), the doc blocks, integration tests against each RL-Insight release, the HTML report in chromium, tests on real verl, Phoenix and MLflow (nox)
-	$(BIN)/nox -s unit unit_oldest doc_blocks integration browser verl backends
+test: $(READY)  ## unit tests (every claimed Python, and the oldest dependencies), the doc blocks, integration tests against each RL-Insight release, the HTML report in chromium, Phoenix and MLflow, tests on real verl (nox)
+	$(BIN)/nox -s unit unit_oldest doc_blocks integration browser backends verl   # backends builds the Phoenix tests/verl start
 
 unit: $(READY)
 	$(BIN)/nox -s unit

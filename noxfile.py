@@ -276,6 +276,9 @@ VERL_VERSIONS = ("0.9.1",)
 def verl(session: nox.Session, verl: str) -> None:
     """tests/verl: verl's real agent loops on CPU (in-process and on Ray) traced by the plugin.
 
+    As root, pytest runs in a loopback-only network namespace, where ``test_phoenix.py`` starts Phoenix
+    from the ``backends(phoenix)`` environment (built by ``nox -s backends``, which ``make test`` runs first).
+
     ``nox -s verl -- bench [options]`` runs ``bench/verl_overhead.py`` in this environment instead.
     """
     python = install_once(
@@ -291,9 +294,31 @@ def verl(session: nox.Session, verl: str) -> None:
     if session.posargs[:1] == ["bench"]:
         session.run(python, "bench/verl_overhead.py", *session.posargs[1:], env=LOOPBACK_ENV, external=True)
         return
-    session.run(python, "-m", "pytest", "tests/verl", *session.posargs, env=LOOPBACK_ENV, external=True)
+    command = [python, "-m", "pytest", "tests/verl", *session.posargs]
+    phoenix = Path(nox.options.envdir) / "backends-phoenix" / "bin" / "phoenix"
+    if not _can_isolate_network():
+        session.log("not root: tests/verl run in this network namespace, without Phoenix (test_phoenix.py skips)")
+        session.run(*command, env=LOOPBACK_ENV, external=True)
+    elif not phoenix.is_file():
+        session.log(f"no {phoenix}: test_phoenix.py skips (nox -s 'backends(phoenix)' builds it)")
+        session.run(*_in_loopback_namespace(command), env=LOOPBACK_ENV, external=True)
+    else:
+        # tests/verl/test_phoenix.py starts Phoenix from the backends environment, next to verl's agent loop.
+        env = {**LOOPBACK_ENV, "VERL_OTEL_PHOENIX": str(phoenix)}
+        session.run(*_in_loopback_namespace(command), env=env, external=True)
     # The doc blocks that need verl, Ray or RL-Insight (skipped by ``doc_blocks``) run here.
     session.run(python, "-m", "pytest", "tests/docs", "-k", "needs", env=LOOPBACK_ENV, external=True)
+
+
+def _can_isolate_network() -> bool:
+    """Whether :func:`_in_loopback_namespace` works here (``unshare -n`` needs root)."""
+    return os.geteuid() == 0 and shutil.which("unshare") is not None and shutil.which("ip") is not None
+
+
+def _in_loopback_namespace(command: list[str]) -> list[str]:
+    """``command`` run in a new network namespace whose only interface is loopback, brought up: there a
+    server's wildcard listener is reachable from loopback only."""
+    return ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
 
 
 #: Pinned to the releases docs/backends.md was written against. One environment each: Phoenix
@@ -316,17 +341,7 @@ def backends(session: nox.Session, backend: str) -> None:
     # Phoenix's OTLP gRPC listener binds [::] whatever PHOENIX_HOST says: pytest and every
     # server it starts run in a new network namespace whose only interface is loopback.
     session.run(
-        "unshare",
-        "--net",
-        "sh",
-        "-c",
-        'ip link set lo up && exec "$@"',
-        "sh",
-        python,
-        "-m",
-        "pytest",
-        f"tests/backends/test_{backend}.py",
-        *session.posargs,
+        *_in_loopback_namespace([python, "-m", "pytest", f"tests/backends/test_{backend}.py", *session.posargs]),
         env=env,
         external=True,
     )

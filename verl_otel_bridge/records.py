@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 from opentelemetry.attributes import BoundedAttributes
@@ -221,6 +222,25 @@ def _record_problem(record: Any) -> str | None:
     if not isinstance(record.get("status", {}) or {}, dict):
         return "status is not an object"
     return None
+
+
+def capture_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """The JSONL files ``paths`` name: a file as it is, a directory as its ``*.jsonl`` files (sorted, not
+    recursive), e.g. the verl plugin's default directory with one file per process.
+
+    Raises:
+        ValueError: a directory holds no ``*.jsonl`` file.
+    """
+    files: list[Path] = []
+    for given in map(Path, paths):
+        if given.is_dir():
+            found = sorted(p for p in given.glob("*.jsonl") if p.is_file())
+            if not found:
+                raise ValueError(f"{given} holds no *.jsonl file")
+            files += found
+        else:
+            files.append(given)
+    return files
 
 
 def read_records(path: str | os.PathLike[str]) -> ReadResult:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,9 +156,10 @@ class Phoenix:
         return dict(answer["data"])
 
 
-@pytest.fixture(scope="session")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
-    workdir = tmp_path_factory.mktemp("phoenix")
+@contextmanager
+def running_phoenix(workdir: Path, command: Path = BIN / "phoenix") -> Iterator[Phoenix]:
+    """``phoenix serve`` (``command``: this environment's, or another's, e.g. from tests/verl) on loopback ports,
+    its database in ``workdir``; stopped on exit."""
     port, grpc_port = free_port(), free_port()
     env = {
         "PHOENIX_HOST": LOOPBACK,
@@ -166,11 +168,17 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
         "PHOENIX_WORKING_DIR": str(workdir),
         "PHOENIX_TELEMETRY_ENABLED": "false",
     }
-    server = start("phoenix", [str(BIN / "phoenix"), "serve"], env, f"http://{LOOPBACK}:{port}/healthz", workdir)
+    server = start("phoenix", [str(command), "serve"], env, f"http://{LOOPBACK}:{port}/healthz", workdir)
     try:
         yield Phoenix(server, grpc_port)
     finally:
         stop(server)
+
+
+@pytest.fixture(scope="session")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
+    with running_phoenix(tmp_path_factory.mktemp("phoenix")) as server:
+        yield server
 
 
 @dataclass

@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration")) 
 import harness
 import stack
 
+from verl_otel_bridge.verl import destination
+
 HERE = Path(__file__).resolve().parent
 
 _spec = importlib.util.spec_from_file_location("integration_conftest", HERE.parent / "integration" / "conftest.py")
@@ -30,54 +32,60 @@ rl_insight_server = integration.rl_insight_server
 rl_insight_hub = integration.rl_insight_hub
 run_tag = integration.run_tag
 
-#: What the Ray workers get through the job's runtime_env: the two-line recipe of docs/verl.md.
+#: The bridge's variables, which no test inherits from the caller.
 WORKER_PREFIX = "VERL_OTEL_BRIDGE_"
+#: OpenTelemetry's variables that choose the verl plugin's destination (verl_otel_bridge.verl.destination).
+DESTINATION_ENVS = (destination.TRACES_EXPORTER_ENV, *destination.OTLP_ENDPOINT_ENVS)
 
 
 @pytest.fixture(scope="session")
 def verl_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The model directory, tool files and the directory Ray workers write their JSONL spans to."""
+    """The model directory, tool files, and the state directory of the Ray workers (``XDG_STATE_HOME``), whose
+    default span directory (``spans``, made by the workers' bridges) they write to."""
     root = tmp_path_factory.mktemp("verl")
     sys.path.insert(0, str(root))  # verl imports the tool classes by module name
     tools_yaml, function_tools = harness.build_tools(root)
-    spans = root / "spans"
-    spans.mkdir()
+    state = root / "state"
     return {
         "root": root,
         "model": harness.build_model_dir(root),
         "tools_yaml": tools_yaml,
         "function_tools": function_tools,
-        "spans": spans,
+        "state": state,
+        "spans": destination.default_dir({"XDG_STATE_HOME": str(state)}),
     }
 
 
 @pytest.fixture(scope="session")
 def ray_local(verl_files: dict[str, Path]) -> Iterator[stack.RayLoopback]:
-    """Ray on loopback, shared with the RL-Insight hub; workers configure their bridge from this environment."""
+    """Ray on loopback, shared with the RL-Insight hub. The workers get no bridge setting: only verl's switch,
+    so they write to the default directory (under their ``XDG_STATE_HOME``, a temporary one)."""
     worker_env = {
-        "PYTHONPATH": os.pathsep.join([str(verl_files["root"]), str(HERE)]),  # tool modules; the stand-ins
-        f"{WORKER_PREFIX}EXPORTER": "jsonl",
-        f"{WORKER_PREFIX}JSONL_PATH": str(verl_files["spans"] / "worker-{pid}.jsonl"),
+        # tool modules; the stand-ins (examples/verl_cpu.py) Ray's actors are made of
+        "PYTHONPATH": os.pathsep.join([str(verl_files["root"]), str(HERE), str(harness.EXAMPLES)]),
+        "XDG_STATE_HOME": str(verl_files["state"]),
     }
     # Ray's processes inherit the driver's environment: leave out any VERL_OTEL_BRIDGE_* of the caller's
     # (a stray one would change or, unknown, be rejected by the workers' bridges).
     with pytest.MonkeyPatch.context() as patch:
-        for name in [n for n in os.environ if n.startswith(WORKER_PREFIX)]:
+        for name in [n for n in os.environ if n.startswith(WORKER_PREFIX) or n in DESTINATION_ENVS]:
             patch.delenv(name)
         with stack.ray_loopback({**integration.HUB_ENV, **worker_env}) as ray_info:
             yield ray_info
 
 
 @pytest.fixture(autouse=True)
-def _clean_process_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _clean_process_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """Each test starts as a fresh verl process would: no bridge, verl's trace config not yet initialised,
-    no ``VERL_OTEL_BRIDGE_*`` (the Ray workers' variables stay theirs) and the plugin switch unset."""
+    no ``VERL_OTEL_BRIDGE_*`` nor OpenTelemetry destination (the Ray workers' variables stay theirs), the
+    plugin switch unset, and a state directory of its own (the plugin's default span directory is in it)."""
     import verl_otel_bridge as vob
     from verl_otel_bridge.rl_insight import compat as rl_insight_compat
     from verl_otel_bridge.verl.plugin import SWITCH_ENV
 
-    for name in [n for n in os.environ if n.startswith(WORKER_PREFIX)]:
+    for name in [n for n in os.environ if n.startswith(WORKER_PREFIX) or n in DESTINATION_ENVS]:
         monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.delenv(SWITCH_ENV, raising=False)
     monkeypatch.setattr(rl_insight_compat._INIT, "said", set())
     vob.shutdown()

@@ -1,15 +1,16 @@
 """The plugin through Ray: verl's ``AgentLoopManager`` starts real ``AgentLoopWorker`` actors on loopback.
 
-The workers get no code: ``import verl`` in each actor loads the plugin, and the
-bridge configures itself from verl's config and the job's ``runtime_env``
-(``VERL_OTEL_BRIDGE_EXPORTER=jsonl``, a per-process ``JSONL_PATH``), the recipe
-of docs/verl.md. The stand-ins (load balancer, scripted LLM server) and verl's
+The workers get no code and no bridge setting: ``import verl`` in each actor loads
+the plugin, and with verl's switch alone the bridge writes to its default
+directory (the job's ``runtime_env`` only points ``XDG_STATE_HOME`` at a temporary
+directory). The stand-ins (load balancer, scripted LLM server) and verl's
 real ``RewardLoopWorker`` are Ray actors too.
 """
 
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,24 @@ from verl_otel_bridge.testing import capture_spans
 
 
 def worker_spans(spans_dir: Path) -> list[dict[str, Any]]:
-    return [
-        json.loads(line) for path in sorted(spans_dir.glob("worker-*.jsonl")) for line in path.read_text().splitlines()
-    ]
+    return [json.loads(line) for path in sorted(spans_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
+
+
+def bridge_warnings() -> dict[int, list[str]]:
+    """The verl plugin's default-destination WARNINGs in the Ray workers' own logs (``worker-*-<pid>.err``),
+    by worker pid: what a user sees (Ray also forwards these lines to the driver's console)."""
+    import ray
+
+    logs = Path(ray._private.worker.global_worker.node.get_logs_dir_path())
+    found: dict[int, list[str]] = {}
+    for log in logs.glob("worker-*.err"):
+        said = [line for line in log.read_text(errors="replace").splitlines() if NO_DESTINATION in line]
+        if said:
+            found[int(log.stem.rsplit("-", 1)[1])] = said
+    return found
+
+
+NO_DESTINATION = "verl_otel_bridge: no destination is configured for spans"
 
 
 def test_agent_loop_manager_on_ray_traces_every_trajectory_under_the_trainers_step(
@@ -54,7 +70,13 @@ def test_agent_loop_manager_on_ray_traces_every_trajectory_under_the_trainers_st
             output = manager.generate_sequences(batch)
         (driver_step,) = harness.records(capture.spans)
     assert len(output) == 4
-    # each generate_sequences exports its spans before it returns: nothing to wait for
+    # Only verl's switch is set: the worker writes to the default directory, a private file of its own, and its
+    # log says so once. Each generate_sequences exports its spans before it returns: nothing to wait for.
+    ((pid, said),) = bridge_warnings().items()
+    (path,) = verl_files["spans"].iterdir()
+    assert path.name.startswith("spans-") and f"-{pid}-" in path.name
+    assert len(said) == 1 and str(path) in said[0] and f"verl-otel-bridge report {verl_files['spans']}" in said[0]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     spans = worker_spans(verl_files["spans"])
     calls = ray.get(server.get_calls.remote(), timeout=60)
     groups = harness.by_trajectory(spans)

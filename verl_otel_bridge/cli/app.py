@@ -7,11 +7,11 @@
     the preferred exporter, 1 otherwise; ``--json`` for scripts.
 ``demo``
     The simulated, traced agent loop of :mod:`verl_otel_bridge.cli.demo`.
-``show FILE.jsonl``
-    The span tree of a JSON Lines capture (``exporter: jsonl``).
+``show CAPTURE``
+    The span tree of a JSON Lines capture (``exporter: jsonl``): a file, or a directory of them.
 ``replay FILE.jsonl --to rl_insight|otlp|console``
     Re-export a capture recorded offline, with the original ids and times.
-``report CAPTURE... [--html OUT] [--step N]``
+``report CAPTURE... [--html OUT] [--step N]`` (files or directories of them)
     Per step: the slowest sessions, unfinished and hung ones, errors, zero-advantage
     groups, reward against duration and turns (:mod:`verl_otel_bridge.report`).
 
@@ -39,7 +39,7 @@ from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.cli.doctor import SERVER_TIMEOUT_S, diagnose
 from verl_otel_bridge.cli.replay import replay_pipeline, replay_records, start_ray_for
 from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.records import read_records
+from verl_otel_bridge.records import capture_files, read_records
 
 if TYPE_CHECKING:
     import click
@@ -121,23 +121,29 @@ def build_cli() -> click.Group:
         demo_main()
 
     @cli.command(short_help="Print the span tree of a JSONL capture.")
-    @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.argument("capture", type=click.Path(exists=True, path_type=Path))
     @click.option(
         "--max-attributes", default=6, show_default=True, type=click.IntRange(min=0), help="Attributes shown per span."
     )
-    def show(file: Path, max_attributes: int) -> None:
-        """Print the span tree of a JSON Lines capture (exporter: jsonl); bad lines are counted, not fatal."""
+    def show(capture: Path, max_attributes: int) -> None:
+        """Print the span tree of a JSON Lines capture (exporter: jsonl), a file or a directory of them (every
+        *.jsonl file in it, e.g. the verl plugin's default one); bad lines are counted, not fatal."""
         from verl_otel_bridge.tree import display, render_tree
 
-        result = read_records(file)
-        if result.records:
-            click.echo(render_tree(result.records, max_attributes=max_attributes))
-        _report_bad(err(), result.bad)
-        traces = len({display(r.get("trace_id")) for r in result.records})
-        err().print(Text(f"{len(result.records)} spans in {traces} traces; {len(result.bad)} bad lines"))
+        records: list[dict[str, Any]] = []
+        bad: list[tuple[int | str, str]] = []
+        for file in _capture_files([capture]):
+            result = read_records(file)
+            records += result.records
+            bad += [(f"{file}: line {n}" if capture.is_dir() else n, problem) for n, problem in result.bad]
+        if records:
+            click.echo(render_tree(records, max_attributes=max_attributes))
+        _report_bad(err(), bad)
+        traces = len({display(r.get("trace_id")) for r in records})
+        err().print(Text(f"{len(records)} spans in {traces} traces; {len(bad)} bad lines"))
 
     @cli.command(short_help="Per-step stragglers, hung sessions, errors and rewards of JSONL captures.")
-    @click.argument("captures", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.argument("captures", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
     @click.option(
         "--html", "html_out", type=click.Path(dir_okay=False, path_type=Path), help="Also write this HTML file."
     )
@@ -156,12 +162,13 @@ def build_cli() -> click.Group:
         """Per global_steps: sessions, duration p50/p90/max, the slowest sessions, unfinished and hung sessions,
         errors, groups of one uid whose rewards are all equal, and reward against duration and turns.
 
-        CAPTURE are JSON Lines files (exporter: jsonl), e.g. one per worker; they are streamed.
+        CAPTURE are JSON Lines files (exporter: jsonl), e.g. one per worker, or directories of them (every
+        *.jsonl file in it, e.g. the verl plugin's default one); they are streamed.
         """
         from verl_otel_bridge.report import build_report
         from verl_otel_bridge.report.text import renderables
 
-        built = build_report(list(captures), step=step, top=top, straggler_factor=straggler_factor)
+        built = build_report(_capture_files(captures), step=step, top=top, straggler_factor=straggler_factor)
         console = out()
         for part in renderables(built):
             console.print(part)
@@ -267,13 +274,23 @@ def build_cli() -> click.Group:
     return cli
 
 
-def _report_bad(console: Any, bad: Sequence[tuple[int, str]], shown: int = 5) -> None:
+def _capture_files(paths: Sequence[Path]) -> list[Path]:
+    """:func:`capture_files`, its error as the command's."""
+    import click
+
+    try:
+        return capture_files(paths)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _report_bad(console: Any, bad: Sequence[tuple[int | str, str]], shown: int = 5) -> None:
     from rich.text import Text
 
     from verl_otel_bridge.tree import printable
 
-    for number, problem in bad[:shown]:
-        console.print(Text(printable(f"line {number}: {problem}")))
+    for where, problem in bad[:shown]:
+        console.print(Text(printable(f"line {where}: {problem}" if isinstance(where, int) else f"{where}: {problem}")))
     if len(bad) > shown:
         console.print(Text(f"... and {len(bad) - shown} more bad lines"))
 

@@ -57,6 +57,8 @@ class Route:
             )
         else:
             why = f"exporter={local!r} configured"
+        if config.enabled and "jsonl" in (local, *copies):
+            why += f"; JSON Lines to {config.jsonl_path}"
         return cls(config.enabled, primary, wants, explicit, local, tuple(copies), why)
 
     @property

@@ -38,12 +38,17 @@ def bridge_config(
         values["rl_insight_enable"] = "rl_insight" in names
     if trainer.get("rl_insight") is not None:
         values["rl_insight_config"] = trainer["rl_insight"]
+    values.update(bridge_section(verl_config))
+    values.update(overrides)
+    return BridgeConfig.resolve(values, environ=environ)
+
+
+def bridge_section(verl_config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The bridge's own section of ``verl_config`` (:data:`SECTION`), empty when it has none."""
     section: Any = verl_config
     for key in SECTION:
         section = _section(section, key)
-    values.update(section)
-    values.update(overrides)
-    return BridgeConfig.resolve(values, environ=environ)
+    return section  # type: ignore[no-any-return]
 
 
 def _section(mapping: Any, key: str) -> Mapping[str, Any]:

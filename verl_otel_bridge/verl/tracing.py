@@ -52,7 +52,7 @@ from verl_otel_bridge.bridge import Bridge
 from verl_otel_bridge.config import BridgeConfig, parse_bool
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.session import Session
-from verl_otel_bridge.verl.config import bridge_config
+from verl_otel_bridge.verl import destination
 from verl_otel_bridge.verl.switch import BACKEND, SWITCH_ENV
 
 logger = logging.getLogger(__name__)
@@ -321,7 +321,7 @@ def _worker_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
         _warn("reading the backend", exc)
         return
     try:
-        config = bridge_config(instance.config)
+        config = destination.worker_config(instance.config)
     except ValueError:
         raise
     except Exception as exc:  # noqa: BLE001 - a config shape we do not know: the environment alone decides

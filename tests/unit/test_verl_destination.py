@@ -1,0 +1,200 @@
+"""The verl plugin's default destination (:mod:`verl_otel_bridge.verl.destination`): a private JSON Lines
+file per process in one directory when nothing says where spans go, else what the environment names.
+
+verl's config is a plain mapping of the keys the bridge reads (no verl needed); the
+real verl worker's use of it is in tests/verl.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge.cli import app as cli
+from verl_otel_bridge.verl import destination
+
+LOGGER = "verl_otel_bridge.verl.destination"
+
+
+def verl_config(*, loggers: tuple[str, ...] = ("console",), section: dict[str, Any] | None = None) -> dict[str, Any]:
+    trace: dict[str, Any] = {"backend": "otel"}
+    if section is not None:
+        trace["otel_bridge"] = section
+    return {
+        "trainer": {"project_name": "proj", "experiment_name": "exp", "logger": list(loggers)},
+        "actor_rollout_ref": {"rollout": {"trace": trace}},
+    }
+
+
+@pytest.fixture
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path / "state" / "verl_otel_bridge" / "spans"
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == logging.WARNING]
+
+
+def test_no_destination_writes_a_private_file_per_process_and_warns_once(
+    state_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, LOGGER)
+    config = destination.worker_config(verl_config())
+    path = Path(config.jsonl_path)
+    assert config.exporter == "jsonl" and path.parent == state_home == destination.default_dir()
+    assert path.name == destination.process_file_name() and path.name.startswith("spans-")
+    assert stat.S_IMODE(state_home.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    (said,) = warnings(caplog)
+    assert str(path) in said and f"verl-otel-bridge report {state_home}" in said
+    assert "VERL_OTEL_BRIDGE_EXPORTER" in said and "docs/verl.md" in said
+    # a later bridge of the same process appends to the same file, silently
+    again = destination.worker_config(verl_config())
+    assert again.jsonl_path == str(path) and len(warnings(caplog)) == 1
+    bridge = Bridge(config)
+    try:
+        with bridge.session(sample=1, session=0):
+            pass
+        assert bridge.force_flush(10)
+        status = bridge.status()
+        assert status["exporter"] == "jsonl" and str(path) in status["detail"]
+    finally:
+        bridge.shutdown()
+    (record,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert record["name"] == "agent_session" and record["attributes"]["project"] == "proj"
+
+
+def test_the_default_directory_is_under_the_home_directory_without_xdg_state_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert destination.default_dir() == tmp_path / ".local" / "state" / "verl_otel_bridge" / "spans"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")  # the XDG spec: a relative path is invalid
+    assert destination.default_dir() == tmp_path / ".local" / "state" / "verl_otel_bridge" / "spans"
+
+
+def test_file_names_differ_across_processes() -> None:
+    probe = "from verl_otel_bridge.verl.destination import process_file_name as n; print(n())"
+    names = {
+        subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60).stdout
+        for _ in range(2)
+    } | {destination.process_file_name() + "\n"}
+    assert len(names) == 3
+
+
+@pytest.mark.parametrize(
+    ("environ", "section", "loggers", "exporter"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, None, ("console",), "otlp"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, None, ("console",), "otlp"),
+        ({"VERL_OTEL_BRIDGE_OTLP_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, None, ("console",), "otlp"),
+        ({"OTEL_TRACES_EXPORTER": "console", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}, None, (), "console"),
+        ({"OTEL_TRACES_EXPORTER": "otlp,console"}, None, ("console",), ("otlp", "console")),
+        ({"OTEL_TRACES_EXPORTER": "none"}, None, ("console",), "none"),
+        ({"VERL_OTEL_BRIDGE_EXPORTER": "memory"}, None, ("console",), "memory"),
+        ({"OTEL_TRACES_EXPORTER": "console"}, {"exporter": "memory"}, ("console",), "memory"),
+        ({}, {"fallback": "console"}, ("console",), "auto"),
+        ({}, None, ("console", "rl_insight"), "auto"),
+    ],
+)
+def test_a_configured_destination_wins_over_the_default(
+    state_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    environ: dict[str, str],
+    section: dict[str, Any] | None,
+    loggers: tuple[str, ...],
+    exporter: str | tuple[str, ...],
+) -> None:
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    config = destination.worker_config(verl_config(loggers=loggers, section=section))
+    assert config.exporter == exporter
+    assert not state_home.exists() and not warnings(caplog)
+
+
+def test_jsonl_path_alone_makes_the_exporter_jsonl_to_that_file(
+    tmp_path: Path, state_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VERL_OTEL_BRIDGE_JSONL_PATH", str(tmp_path / "mine-{pid}.jsonl"))
+    config = destination.worker_config(verl_config())
+    assert (config.exporter, config.jsonl_path) == ("jsonl", str(tmp_path / "mine-{pid}.jsonl"))
+    assert not state_home.exists()
+
+
+def test_an_otel_traces_exporter_the_bridge_lacks_fails_naming_the_variable_and_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    with pytest.raises(ValueError, match=r"OTEL_TRACES_EXPORTER='zipkin' names 'zipkin'.*VERL_OTEL_BRIDGE_EXPORTER"):
+        destination.worker_config(verl_config())
+
+
+def link_to_elsewhere(state_home: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    state_home.parent.mkdir(parents=True)
+    state_home.symlink_to(elsewhere)
+
+
+def widen(state_home: Path, tmp_path: Path) -> None:
+    state_home.mkdir(parents=True)
+    state_home.chmod(0o755)
+
+
+def file_is_a_link(state_home: Path, tmp_path: Path) -> None:
+    state_home.mkdir(parents=True, mode=0o700)
+    (state_home / destination.process_file_name()).symlink_to(tmp_path / "target")
+
+
+@pytest.mark.parametrize(
+    ("spoil", "reason"),
+    [(link_to_elsewhere, "is a symbolic link"), (widen, "has mode 0755"), (file_is_a_link, "is a symbolic link")],
+)
+def test_a_default_directory_that_is_not_private_is_refused_and_said(
+    state_home: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, spoil: Any, reason: str
+) -> None:
+    spoil(state_home, tmp_path)
+    config = destination.worker_config(verl_config())
+    assert config.exporter == "auto" and config.fallback == "memory"  # spans stay in memory, and it is said
+    (said,) = warnings(caplog)
+    assert "cannot be used" in said and reason in said and "VERL_OTEL_BRIDGE_EXPORTER" in said
+    assert not (tmp_path / "elsewhere" / destination.process_file_name()).exists()
+    assert not (tmp_path / "target").exists()
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(cli.build_cli(), list(args), catch_exceptions=False)
+
+
+def test_show_and_report_read_every_file_of_the_default_directory(state_home: Path, tmp_path: Path) -> None:
+    state_home.mkdir(parents=True)
+    for worker in range(2):  # two workers' files, as two processes write them
+        bridge = Bridge(BridgeConfig.resolve(exporter="jsonl", jsonl_path=str(state_home / f"spans-w{worker}.jsonl")))
+        with bridge.session(sample=worker, session=0, global_steps=4):
+            pass
+        bridge.shutdown()
+    (state_home / "notes.txt").write_text("not a capture\n")
+    shown = run("show", str(state_home))
+    assert shown.exit_code == 0, shown.output
+    assert "2 spans in 2 traces; 0 bad lines" in shown.stderr
+    reported = run("report", str(state_home))
+    assert reported.exit_code == 0, reported.output
+    assert "2 spans in sessions from 2 files" in reported.stdout, reported.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for command in ("show", "report"):
+        refused = run(command, str(empty))
+        assert refused.exit_code == 1 and f"{empty} holds no *.jsonl file" in refused.output
+    assert os.listdir(empty) == []

@@ -1,0 +1,56 @@
+"""``examples/verl_agent_loop.py`` end to end, as a verl user runs it: a fresh process with only verl's switch
+(``actor_rollout_ref.rollout.trace.backend=otel``), no bridge variable, verl's default log level.
+
+It must say, in one WARNING on stderr, where its spans went (the default directory,
+a private file of its own) and end with ``report`` on that directory; ``show``
+reads the same directory as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import harness
+
+from verl_otel_bridge.verl import destination
+
+CLI = Path(sys.executable).parent / "verl-otel-bridge"
+#: 2 prompts x 2 rollouts of ToolAgentLoop (session, task, 2 generate and 3 tool turns) and of SingleTurnAgentLoop
+#: (session, task, 1 generate turn).
+SPANS = 4 * 7 + 4 * 3
+
+
+def test_the_example_writes_the_default_directory_says_so_once_and_reports_on_it(tmp_path: Path) -> None:
+    env = harness.user_environment(tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(harness.EXAMPLE)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    directory = destination.default_dir(env)
+    (path,) = directory.iterdir()
+    assert path.name.startswith("spans-") and f"-{os.getpid()}-" not in path.name  # the example's own process
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    said = [line for line in done.stderr.splitlines() if "verl_otel_bridge" in line]
+    assert len(said) == 1, done.stderr[-4000:]
+    # verl's logging format, at its default level: "WARNING:<time>:<message>"
+    assert said[0].startswith("WARNING:") and "verl_otel_bridge: no destination is configured for spans" in said[0]
+    assert str(path) in said[0] and "VERL_OTEL_BRIDGE_EXPORTER=otlp with OTEL_EXPORTER_OTLP_ENDPOINT" in said[0]
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == SPANS
+    assert sorted(r["attributes"]["sample"] for r in records if r["name"] == "agent_session") == [
+        "100", "100", "101", "101", "102", "102", "103", "103"
+    ]  # fmt: skip
+    report = done.stdout.split(f"$ verl-otel-bridge report {directory}\n", 1)[1]
+    assert f"{SPANS} spans in sessions from 1 files" in report, done.stdout
+    step = next(line.split() for line in report.splitlines() if line.strip().startswith("1 "))
+    assert step[:3] == ["1", "8", "8"], report  # step 1: 8 sessions, 8 finished
+
+    shown = subprocess.run([str(CLI), "show", str(directory)], env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert f"{SPANS} spans in 8 traces; 0 bad lines" in shown.stderr
+    assert shown.stdout.count("agent_session [") == 8
