@@ -36,7 +36,7 @@ from verl_otel_bridge.accounting import SpanCounts, balance
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
 from verl_otel_bridge.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.export.pipeline import Pipeline, build_pipeline
+from verl_otel_bridge.export.pipeline import Pipeline, build_pipeline, disabled_status
 from verl_otel_bridge.export.processors import ExportSpanProcessor, IdentitySpanProcessor
 from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
@@ -47,6 +47,7 @@ from verl_otel_bridge.protocol import SESSION_SPAN_NAME
 from verl_otel_bridge.scopes import SpanBlock
 from verl_otel_bridge.session import Session, session_start_attributes
 from verl_otel_bridge.signals import flush_on_sigterm
+from verl_otel_bridge.status import BridgeStatus, printable
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -141,9 +142,7 @@ class Bridge:
         self._shut_down = threading.Event()
         if self.config.enabled:
             self._pipeline = build_pipeline(self.config, self.counts)
-            self._processor = ExportSpanProcessor(
-                self._pipeline.exporter, self.counts, self._pipeline.queue, self._pipeline.spill, self._pipeline.sampler
-            )
+            self._processor = self._pipeline.processor
             self._provider = provider or TracerProvider(
                 resource=Resource.create({"service.name": self.config.service_name}), shutdown_on_exit=False
             )
@@ -243,7 +242,7 @@ class Bridge:
             )
         return Session(identity, span, self)
 
-    def span(self, name: str, /, **attributes: Any) -> Any:
+    def span(self, name: str, /, **attributes: Any) -> AbstractContextManager[Span]:
         """A context manager around one span named ``name``, yielding the OpenTelemetry span.
 
         Attribute values are converted to what OpenTelemetry accepts (see
@@ -399,48 +398,17 @@ class Bridge:
                 self._sigterm.close()
             self._shut_down.set()
 
-    def status(self) -> dict[str, Any]:
-        """Where spans go and why, the detected RL-Insight version, and the counters.
+    def status(self) -> BridgeStatus:
+        """Where spans go and why, every destination with the spans it received, what is pending and where
+        to, the spill, the open sessions and the counters (see :class:`~verl_otel_bridge.status.BridgeStatus`).
 
-        Always the same keys: ``enabled``, ``exporter`` (e.g. ``"rl_insight"``
-        or ``"memory (fallback)"``), ``reason`` (a stable code), ``detail``
-        (a sentence), ``rl_insight_version``, ``rl_insight_installed``,
-        ``rl_insight_transport``, ``otlp_endpoint``, ``otlp_error`` (RL-Insight's
-        OTLP transport, else the ``otlp`` exporter's; None when neither is
-        involved), ``counters`` (see :mod:`verl_otel_bridge.accounting`),
-        ``exporters`` (per configured exporter, primary first: ``role``,
-        ``endpoint``, ``last_error``, ``exported``, ``failed``), ``queued``,
-        ``queued_bytes`` (estimated), ``spill`` (None without a spill, else its ``dir``,
-        newest ``file``, ``files``, ``bytes`` on disk and ``backlog``: spans waiting there
-        to be sent), ``open_sessions`` (their ``count`` and the ``oldest`` few: see
-        :mod:`verl_otel_bridge.inflight`).
+        A ``dict`` for programs; ``print(bridge.status())`` shows it as a few readable lines.
         """
-        route: dict[str, Any] = dict.fromkeys(
-            ("rl_insight_version", "rl_insight_installed", "rl_insight_transport", "otlp_endpoint", "otlp_error")
-        )
-        if self._pipeline is None:
-            route.update(exporter="none", reason="disabled", detail=Route.of(self.config).why)
-        elif self._pipeline.rl_insight is not None:
-            route.update(self._pipeline.rl_insight.status())
-        else:
-            local = self._pipeline.route
-            route.update(exporter=local.local, reason="configured", detail=local.why)
-        route.pop("counters", None)
-        queue = self._processor.queue if self._processor is not None else None
         counters = self.counts.snapshot()
-        exporters = self._pipeline.report(counters) if self._pipeline is not None else {}
-        if "otlp" in exporters and route["otlp_endpoint"] is None:
-            route.update(otlp_endpoint=exporters["otlp"]["endpoint"], otlp_error=exporters["otlp"]["last_error"])
-        return {
-            "enabled": self.enabled,
-            **route,
-            "counters": counters,
-            "exporters": exporters,
-            "queued": len(queue) if queue is not None else 0,
-            "open_sessions": self._inflight.snapshot(),
-            "queued_bytes": queue.bytes if queue is not None else 0,
-            "spill": spill.status() if (spill := self._pipeline and self._pipeline.spill) else None,
-        }
+        sessions = self._inflight.snapshot()
+        if self._pipeline is None:
+            return printable(disabled_status(Route.of(self.config), counters, sessions))
+        return printable(self._pipeline.status(counters, sessions))
 
     # -- internals -----------------------------------------------------------
 

@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Span
 
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle
 from verl_otel_bridge.bridge import Bridge, traced_by
@@ -18,6 +19,7 @@ from verl_otel_bridge.config import PRIVACY_KEYS, BridgeConfig, ConfigError, res
 from verl_otel_bridge.exporters.jsonl import opened_on_first_export
 from verl_otel_bridge.identity import IdentityFields, SessionIdentity
 from verl_otel_bridge.session import Session
+from verl_otel_bridge.status import BridgeStatus
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -148,7 +150,7 @@ def session(*, state_lane_id: str | None = None, **identity: Unpack[IdentityFiel
 
 
 @_shortcut_of(Bridge.span)
-def span(name: str, /, **attributes: Any) -> Any:
+def span(name: str, /, **attributes: Any) -> AbstractContextManager[Span]:
     """``get_bridge().span(...)``: a span on the current bridge, carrying the current session's identity."""
     return get_bridge().span(name, **attributes)
 
@@ -200,7 +202,7 @@ def force_flush(timeout_s: float = 30.0) -> bool:
 
 
 @_shortcut_of(Bridge.status)
-def status() -> dict[str, Any]:
+def status() -> BridgeStatus:
     """``get_bridge().status()``: the current bridge's account of where spans went."""
     return get_bridge().status()
 

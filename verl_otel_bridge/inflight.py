@@ -48,6 +48,7 @@ from verl_otel_bridge.protocol import (
     TURN_SPAN_NAME,
     UNFINISHED,
 )
+from verl_otel_bridge.status import OpenSessionsStatus
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ class InflightSessions(SpanProcessor):
 
     # -- reading ---------------------------------------------------------------
 
-    def snapshot(self, oldest: int = OLDEST_SHOWN) -> dict[str, Any]:
+    def snapshot(self, oldest: int = OLDEST_SHOWN) -> OpenSessionsStatus:
         """``{"count": open sessions, "oldest": [the oldest ones, described]}``."""
         sessions = sorted(self._by_span.copy().values(), key=lambda s: s.start_ns)
         now = time.time_ns()

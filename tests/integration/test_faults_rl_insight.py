@@ -172,7 +172,7 @@ def test_import_rl_insight_raising(block: str, kind: str, says: str) -> None:
     assert outcome["flushed"] is True
     assert status["reason"] == "import_failed", status
     assert says in status["detail"], status["detail"]
-    assert status["rl_insight_installed"] == "0.3.0"
+    assert status["rl_insight_package_version"] == "0.3.0" and status["rl_insight_installed"] is True
     assert status["exporter"] == "memory (fallback)"
     assert outcome["balance"] == 0 and counters["ended"] == 20, counters
     assert counters["fallback"] == outcome["fallback_spans"] == 20, counters

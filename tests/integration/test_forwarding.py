@@ -491,7 +491,8 @@ def test_real_0_3_0_reporting_version_unknown_is_not_forwarded_to(rl_insight_hub
     status = result["status"]
     assert (status["exporter"], status["reason"]) == ("memory (fallback)", "version_unparsable")
     assert status["detail"] == "rl_insight.__version__ is 'unknown', not a version (installed: None); requires >= 0.3.0"
-    assert (status["rl_insight_version"], status["rl_insight_installed"]) == ("unknown", None)
+    assert (status["rl_insight_version"], status["rl_insight_package_version"]) == ("unknown", None)
+    assert status["rl_insight_installed"] is True
     assert result["calls"] == [] and result["spans"] == 1
     said = [line for line in done.stderr.splitlines() if "is not usable" in line]
     assert len(said) == 1 and said[0].startswith("WARNING") and "version_unparsable" in said[0]

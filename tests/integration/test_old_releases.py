@@ -125,7 +125,8 @@ def test_spans_fall_back_with_full_identity_and_one_warning(
         assert (status["exporter"], status["reason"]) == ("memory (fallback)", reason)
         for fragment in fragments:
             assert fragment in status["detail"], (fragment, status["detail"])
-        assert status["rl_insight_installed"] == (None if rl_insight_case == "none" else rl_insight_case)
+        assert status["rl_insight_package_version"] == (None if rl_insight_case == "none" else rl_insight_case)
+        assert status["rl_insight_installed"] is (rl_insight_case != "none")
         assert status["rl_insight_version"] is None  # none of these has a usable __version__
 
         said = [r for r in caplog.records if "is not usable" in r.getMessage()]

@@ -224,7 +224,18 @@ def test_unusable_rl_insight_falls_back_with_full_identity(
     for fragment in case.detail:
         assert fragment in status["detail"], (fragment, status["detail"])
     assert status["rl_insight_version"] == case.version
-    assert status["rl_insight_installed"] == case.installed
+    assert status["rl_insight_package_version"] == case.installed
+    assert status["rl_insight_installed"] is (case.reason != "not_installed")
+    # every destination that received spans is listed with its count, the fallback included
+    assert status["exporters"]["memory"] == {
+        "role": "fallback",
+        "exported": 4 * 4,
+        "failed": 0,
+        "spilled": 0,
+        "endpoint": None,
+        "last_error": None,
+    }
+    assert status["exporters"]["rl_insight"]["exported"] == 0
     # said once (a WARNING: rl_insight was asked for by name), however many exports and status() calls
     bridge.status()
     said = [r for r in caplog.records if "not usable" in r.getMessage()]

@@ -9,6 +9,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from verl_otel_bridge.accounting import SpanCounts, copied, exported
 from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.export.processors import ExportSpanProcessor
 from verl_otel_bridge.export.queue import QueueSettings
 from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.export.sampling import SamplingSettings, SessionSampler
@@ -19,6 +20,14 @@ from verl_otel_bridge.exporters.fanout import FanOutSpanExporter
 from verl_otel_bridge.exporters.kinds import inline, named_exporter
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.exporters.redacting import RedactingSpanExporter
+from verl_otel_bridge.status import (
+    BridgeStatus,
+    Endpoint,
+    ExporterStatus,
+    OpenSessionsStatus,
+    PendingStatus,
+    rl_insight_installed,
+)
 
 if TYPE_CHECKING:
     from verl_otel_bridge.rl_insight.exporter import RLInsightSpanExporter
@@ -26,7 +35,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class Pipeline:
-    """The exporter chain a bridge uses and how to describe it.
+    """The exporter chain a bridge uses, the processor that feeds it, and its status.
 
     Attributes:
         exporter: the top of the chain, handed every ended span.
@@ -37,6 +46,7 @@ class Pipeline:
         destinations: each configured exporter by name, the primary first.
         spill: the spill files, when spans are queued and spilling is on.
         sampler: the session sampler, when ``session_sample_rate`` is below 1.
+        processor: the span processor that counts spans and hands them to ``exporter``.
     """
 
     exporter: SpanExporter
@@ -47,38 +57,122 @@ class Pipeline:
     destinations: dict[str, SpanExporter] = field(default_factory=dict)
     spill: Spill | None = None
     sampler: SessionSampler | None = None
+    processor: ExportSpanProcessor = field(init=False)
 
-    def report(self, counters: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """Per destination: its role, ``endpoint``, ``last_error``, the spans it accepted and refused,
-        and those spilled to be sent again (only the primary spills)."""
-        report: dict[str, dict[str, Any]] = {}
+    def exporters(self, counters: dict[str, Any]) -> dict[str, ExporterStatus]:
+        """Per destination, the primary first, then the RL-Insight fallback and the copies: its role,
+        ``endpoint``, ``last_error``, the spans it accepted and refused, and those spilled to be sent
+        again (only the primary spills)."""
+        report: dict[str, ExporterStatus] = {}
         for index, (name, exporter) in enumerate(self.destinations.items()):
             if index == 0:
                 exported = counters["exported"]
-                entry: dict[str, Any] = {
+                report[name] = {
                     "role": "primary",
                     "exported": sum(exported.values()) if exporter is self.rl_insight else exported.get(name, 0),
                     "failed": counters["failed"],
                     "spilled": counters["spilled"],
+                    **self._where(exporter),
                 }
+                if self.rl_insight is not None:
+                    fallback = self.rl_insight.fallback_name
+                    key = fallback if fallback not in self.destinations else f"{fallback} (fallback)"
+                    report[key] = {
+                        "role": "fallback",
+                        "exported": counters["fallback"],
+                        "failed": 0,
+                        "spilled": 0,
+                        **self._where(self.rl_insight.fallback),
+                    }
             else:
-                entry = {
+                report[name] = {
                     "role": "copy",
                     "exported": counters.get(copied(name), 0),
                     "failed": counters.get(copied(name, ok=False), 0),
                     "spilled": 0,
+                    **self._where(exporter),
                 }
-            if self.rl_insight is not None and exporter is self.rl_insight:
-                status = self.rl_insight.status()
-                entry.update(endpoint=status["otlp_endpoint"], last_error=status["otlp_error"])
-            else:
-                entry.update(exporter_report(exporter))
-            report[name] = entry
         return report
+
+    def _where(self, exporter: SpanExporter) -> Endpoint:
+        if self.rl_insight is not None and exporter is self.rl_insight:
+            route = self.rl_insight.status()
+            return {"endpoint": route["otlp_endpoint"], "last_error": route["otlp_error"]}
+        return exporter_report(exporter)
+
+    def status(self, counters: dict[str, Any], open_sessions: OpenSessionsStatus) -> BridgeStatus:
+        """Where spans go and why, each destination's count, what is pending and where to, the spill."""
+        if self.rl_insight is not None:
+            route = self.rl_insight.status()
+            exporter, reason, detail = route["exporter"], route["reason"], route["detail"]
+            rl_insight = {key: route[key] for key in _RL_INSIGHT_KEYS}
+        else:
+            exporter, reason, detail = self.route.local, "configured", self.route.why
+            rl_insight = {**dict.fromkeys(_RL_INSIGHT_KEYS), "rl_insight_installed": rl_insight_installed()}
+        exporters = self.exporters(counters)
+        otlp = exporters.get("otlp")
+        if otlp is not None and rl_insight["otlp_endpoint"] is None:
+            rl_insight.update(otlp_endpoint=otlp["endpoint"], otlp_error=otlp["last_error"])
+        queue = self.processor.queue
+        spill = self.spill.status() if self.spill is not None else None
+        pending: PendingStatus = {
+            "queued": len(queue) if queue is not None else 0,
+            "bytes": queue.bytes if queue is not None else 0,
+            "spilled": spill["backlog"] if spill is not None else 0,
+            "to": exporter,
+        }
+        return {
+            "enabled": True,
+            "exporter": exporter,
+            "reason": reason,
+            "detail": detail,
+            **rl_insight,  # type: ignore[typeddict-item]
+            "counters": counters,
+            "exporters": exporters,
+            "pending": pending,
+            "queued": pending["queued"],
+            "queued_bytes": pending["bytes"],
+            "spill": spill,
+            "open_sessions": open_sessions,
+        }
+
+
+#: The ``status()`` keys RL-Insight's exporter fills in (None when RL-Insight is not wanted).
+_RL_INSIGHT_KEYS = (
+    "rl_insight_installed",
+    "rl_insight_version",
+    "rl_insight_package_version",
+    "rl_insight_transport",
+    "otlp_endpoint",
+    "otlp_error",
+)
+
+
+def disabled_status(route: Route, counters: dict[str, Any], open_sessions: OpenSessionsStatus) -> BridgeStatus:
+    """``status()`` of a bridge that traces nothing."""
+    return {
+        "enabled": False,
+        "exporter": "none",
+        "reason": "disabled",
+        "detail": route.why,
+        "rl_insight_installed": rl_insight_installed(),
+        "rl_insight_version": None,
+        "rl_insight_package_version": None,
+        "rl_insight_transport": None,
+        "otlp_endpoint": None,
+        "otlp_error": None,
+        "counters": counters,
+        "exporters": {},
+        "pending": {"queued": 0, "bytes": 0, "spilled": 0, "to": "none"},
+        "queued": 0,
+        "queued_bytes": 0,
+        "spill": None,
+        "open_sessions": open_sessions,
+    }
 
 
 def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
-    """Build the exporter chain for ``config``; raises ``ValueError`` for unusable settings."""
+    """Build the exporter chain and its processor for ``config``; raises ``ValueError`` for unusable settings."""
     route = Route.of(config)
     settings = SpillSettings.of(config)
     spill = Spill(settings, counts) if settings is not None and _queued(route) else None
@@ -98,6 +192,7 @@ def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
             pipeline.queue = _queue(config)
     if config.redact_attributes:
         pipeline.exporter = RedactingSpanExporter(pipeline.exporter, config.redact_attributes)
+    pipeline.processor = ExportSpanProcessor(pipeline.exporter, counts, pipeline.queue, spill, pipeline.sampler)
     return pipeline
 
 

@@ -13,6 +13,8 @@ from typing import Protocol
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from verl_otel_bridge.status import Endpoint
+
 
 class LeavesOut(Protocol):
     """An exporter that can send a batch while leaving some of its spans out (e.g. one it cannot encode)."""
@@ -36,7 +38,7 @@ def _nothing_left_out() -> int:
     return 0
 
 
-def exporter_report(exporter: SpanExporter) -> dict[str, str | None]:
+def exporter_report(exporter: SpanExporter) -> Endpoint:
     """``{"endpoint", "last_error"}`` of ``exporter`` (None where it does not say)."""
     endpoint = getattr(exporter, "endpoint", None)
     error = getattr(exporter, "last_error", None)

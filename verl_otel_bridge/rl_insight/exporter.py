@@ -280,8 +280,9 @@ class RLInsightSpanExporter(SpanExporter):
             "otlp_error": otlp.last_error if otlp is not None else None,
             "reason": probe.reason,
             "detail": probe.detail,
+            "rl_insight_installed": probe.reason != "not_installed",
             "rl_insight_version": probe.version,
-            "rl_insight_installed": probe.installed,
+            "rl_insight_package_version": probe.installed,
             "counters": self.counts.snapshot(),
         }
 
