@@ -16,6 +16,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -203,14 +204,18 @@ def test_demo_agent_loop_runs_unchanged_on_the_fallback(
 
 
 _DEMO = """
+import sys
+from pathlib import Path
 from verl_otel_bridge.cli import demo
-demo.main()
+demo.main(Path(sys.argv[1]))
 """
 
 
-def test_demo_process_warns_once_and_raises_nothing(surroundings: Surroundings, rl_insight_case: str) -> None:
+def test_demo_process_warns_once_and_raises_nothing(
+    surroundings: Surroundings, rl_insight_case: str, tmp_path: Path
+) -> None:
     """``verl-otel-bridge demo`` in a fresh process: one WARNING for the reason, then only the shutdown summary."""
-    with PythonChild(_DEMO, env={"VERL_OTEL_BRIDGE_SCHEDULE_DELAY_MS": "20"}) as child:
+    with PythonChild(_DEMO, env={"VERL_OTEL_BRIDGE_SCHEDULE_DELAY_MS": "20"}, args=[str(tmp_path)]) as child:
         done = child.finish(timeout_s=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
@@ -220,8 +225,8 @@ def test_demo_process_warns_once_and_raises_nothing(surroundings: Surroundings, 
     assert said[0].startswith("WARNING verl_otel_bridge")
     for fragment in [reason, *fragments]:
         assert fragment in said[0], (fragment, said[0])
-    after = done.stdout[done.stdout.index("status():") + len("status():") :].lstrip()
-    status, _ = json.JSONDecoder().raw_decode(after)  # the report of the run follows
+    assert "status():\nverl_otel_bridge: spans go to memory (fallback)\n" in done.stdout  # printed for people
+    status = json.loads((tmp_path / "status.json").read_text(encoding="utf-8"))  # kept beside the capture
     assert (status["exporter"], status["reason"]) == ("memory (fallback)", reason)
     counters = status["counters"]
     assert counters["fallback"] == counters["ended"] > 0 and balance(counters) == 0

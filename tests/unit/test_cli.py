@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
 import socket
 import subprocess
@@ -562,16 +563,61 @@ def test_missing_cli_extra_in_a_fresh_process() -> None:
     ]
 
 
-def test_demo_command_runs_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_demo_command_runs_the_demo_keeps_its_output_and_its_printed_commands_work(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("VERL_OTEL_BRIDGE_EXPORTER", "memory")  # whatever RL-Insight this machine has
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     done = subprocess.run(
-        [sys.executable, "-m", "verl_otel_bridge.cli", "demo"], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-m", "verl_otel_bridge.cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"{demo.SESSIONS} sessions done")
-    assert "    agent_turn [" in done.stdout and "  agent_session.progress [" in done.stdout  # the straggler's tree
-    report = done.stdout[done.stdout.index("verl-otel-bridge report ") :]  # the end: the report of the run
+    capture = Path("demo-output") / demo.CAPTURE_NAME
+    headline = done.stdout.splitlines()[0]
+    assert headline.startswith(f"{demo.SESSIONS} sessions done; spans went to: memory (exporter='memory' configured)")
+    assert headline.endswith(f"; a copy to jsonl {capture}")  # every destination, the JSON Lines copy too
+    tree = done.stdout[: done.stdout.index("status():")]
+    assert "    agent_turn [" in tree and "agent_session.progress" not in tree  # the straggler's tree, no progress
+    assert "  exporters:\n    memory  primary" in done.stdout  # status() printed for people
+    report = done.stdout[done.stdout.index(f"the report of {capture}") :]  # the end: the report of the run
     straggler, group = demo.STRAGGLER, demo.SOLVED_BY_ALL
     assert f"straggler: uid 'uid-{straggler[0]}' sample {straggler[0]} session {straggler[1]}:" in report
     assert f"zero advantage: uid 'uid-{group}': all {demo.GROUP} sessions got reward 1" in report
     assert "ToolError: search failed" in report
+
+    # What it kept survives the run, and the two commands it ends with work when pasted in that shell.
+    kept = tmp_path / "demo-output"
+    assert json.loads((kept / "status.json").read_text())["counters"]["ended"] > demo.SESSIONS
+    commands = done.stdout.strip().splitlines()[-2:]
+    assert commands == [
+        f"  verl-otel-bridge report {capture}",
+        f"  verl-otel-bridge report {capture} --html {Path('demo-output') / 'report.html'}",
+    ]
+    for command in commands:
+        again = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120, cwd=tmp_path)  # noqa: S602 - the printed command, as a user pastes it
+        assert again.returncode == 0, again.stderr
+        assert f"zero advantage: uid 'uid-{group}'" in again.stdout
+    assert "straggler" in (kept / "report.html").read_text(encoding="utf-8")
+
+
+def test_demo_commands_name_this_environments_script_when_it_is_not_on_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``make demo`` runs ``.venv/bin/python``; the shell it returns to has no ``.venv/bin`` on ``PATH``."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.chdir(Path(sys.executable).parent.parent.parent)
+    prefix = demo.command_prefix()
+    assert prefix != "verl-otel-bridge" and prefix.endswith("verl-otel-bridge")
+    assert (Path.cwd() / prefix).exists() or Path(prefix).exists()
+
+
+def test_demo_output_refuses_a_link(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "demo-output").symlink_to(target)
+    with pytest.raises(SystemExit, match="not a directory of its own"):
+        demo.prepare_output(tmp_path / "demo-output")

@@ -114,11 +114,18 @@ def build_cli() -> click.Group:
         ctx.exit(0 if report["ok"] else 1)
 
     @cli.command(short_help="Run the simulated, traced agent loop.")
-    def demo() -> None:
+    @click.option(
+        "--output",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("demo-output"),
+        show_default=True,
+        help="Where the run's capture, status.json and report are kept.",
+    )
+    def demo(output: Path) -> None:
         """Run the simulated, traced multi-turn agent loop (the same as ``make demo``)."""
         from verl_otel_bridge.cli.demo import main as demo_main
 
-        demo_main()
+        demo_main(output)
 
     @cli.command(short_help="Print the span tree of a JSONL capture.")
     @click.argument("capture", type=click.Path(exists=True, path_type=Path))

@@ -12,9 +12,11 @@ raises. Run it with ``make demo``, ``verl-otel-bridge demo`` or
 With the default configuration (``exporter: auto``) the spans go to RL-Insight
 when it is installed, reachable and Ray is running; otherwise to the local
 in-memory fallback, whose span tree of the straggler this script prints. Either
-way :func:`main` also captures the run to a JSONL file in a temporary directory
-(``exporter: <yours>,jsonl``), with progress records every 0.25 s, and ends
-with ``verl-otel-bridge report`` on that file.
+way :func:`main` also copies the run to ``demo_spans.jsonl`` in its output
+directory (``./demo-output`` by default, kept after the demo; ``exporter:
+<yours>,jsonl``), with progress records every 0.25 s, writes ``status.json``
+beside it, and ends with the report of that file and the two commands that make
+it again (text and HTML).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import json
 import logging
 import os
 import random
-import tempfile
+import shutil
+import stat
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +36,8 @@ from pathlib import Path
 import verl_otel_bridge as vob
 from verl_otel_bridge._version import install_command
 from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.protocol import PROGRESS_SPAN_NAME
+from verl_otel_bridge.status import BridgeStatus
 from verl_otel_bridge.tree import render_tree
 
 TOOLS = ("search", "calculator", "python")
@@ -45,6 +51,9 @@ SOLVED_BY_ALL = 2
 FAILING = (1, 1)
 #: Progress records while the demo runs (the straggler gets a few).
 DEMO_PROGRESS_INTERVAL_S = 0.25
+#: Where the demo keeps its capture, status and report, relative to the working directory (git ignores it).
+OUTPUT_DIR = Path("demo-output")
+CAPTURE_NAME = "demo_spans.jsonl"
 
 
 class ToolError(RuntimeError):
@@ -122,8 +131,9 @@ async def agent_session(sample: int, session: int, global_steps: int, rng: rando
         return reward
 
 
-async def run() -> None:
-    """Run one step's sessions on the current bridge, print the straggler's span tree and ``status()``, shut down."""
+async def run() -> BridgeStatus:
+    """Run one step's sessions on the current bridge, print where the spans went, the straggler's span tree
+    (without its progress records) and ``status()``; shut down; the status at the end of the run."""
     rng = random.Random(7)  # noqa: S311 - simulated model outputs, not security
     bridge = vob.get_bridge()  # default configuration, from the environment
     rewards = await asyncio.gather(
@@ -131,16 +141,35 @@ async def run() -> None:
     )
     bridge.force_flush()
     status = bridge.status()
-    print(f"{len(rewards)} sessions done; spans went to: {status['exporter']} ({status['detail']})\n")
+    print(f"{len(rewards)} sessions done; spans went to: {destinations(status, bridge.config.jsonl_path)}\n")
     memory = bridge.memory_exporter
     if memory is not None and memory.get_finished_spans():
         spans = memory.get_finished_spans()
         lane = vob.SessionIdentity.create(sample=STRAGGLER[0], session=STRAGGLER[1]).state_lane_id
         print(f"the straggler, sample {STRAGGLER[0]} session {STRAGGLER[1]}:")
-        print(render_tree([s for s in spans if s.attributes and s.attributes.get("state_lane_id") == lane]))
+        print(
+            render_tree(
+                [
+                    s
+                    for s in spans
+                    if s.attributes and s.attributes.get("state_lane_id") == lane and s.name != PROGRESS_SPAN_NAME
+                ]
+            )
+        )
     print("\nstatus():")
-    print(json.dumps(status, indent=2, default=str))
+    print(status)
     vob.shutdown()
+    return status
+
+
+def destinations(status: BridgeStatus, jsonl_path: str) -> str:
+    """Every destination of ``status`` in words: where spans went and why, then each copy (a file by its path)."""
+    said = [f"{status['exporter']} ({status['detail']})"]
+    for name, entry in status["exporters"].items():
+        if entry["role"] == "copy":
+            where = jsonl_path.replace("{pid}", str(os.getpid())) if name == "jsonl" else entry["endpoint"]
+            said.append(f"a copy to {name}" + (f" {where}" if where else ""))
+    return "; ".join(said)
 
 
 def capture_config(directory: Path) -> BridgeConfig:
@@ -156,28 +185,61 @@ def capture_config(directory: Path) -> BridgeConfig:
     return BridgeConfig.resolve(
         config,
         exporter=wanted,
-        jsonl_path=str(directory / "demo_spans.jsonl"),
+        jsonl_path=str(directory / CAPTURE_NAME),
         progress_interval_s=DEMO_PROGRESS_INTERVAL_S,
     )
 
 
-def main() -> None:
-    """Entry point of ``make demo`` and ``verl-otel-bridge demo``: the run, then its report."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    with tempfile.TemporaryDirectory(prefix="verl-otel-bridge-demo-") as directory:
-        config = capture_config(Path(directory))
-        vob.configure(config)
-        asyncio.run(run())
-        capture = Path(config.jsonl_path.replace("{pid}", str(os.getpid()))).expanduser()
-        print(f"\nverl-otel-bridge report {capture}\n")
-        try:
-            from rich.console import Console
+def prepare_output(directory: Path) -> None:
+    """Make ``directory`` (private to the user) and remove the last run's capture; refuse a link."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if directory.is_symlink() or not stat.S_ISDIR(directory.lstat().st_mode):
+        raise SystemExit(f"verl-otel-bridge demo: {directory} is not a directory of its own (a link?)")
+    (directory / CAPTURE_NAME).unlink(missing_ok=True)
 
-            from verl_otel_bridge.report import build_report
-            from verl_otel_bridge.report.text import renderables
-        except ImportError:
-            print(f"(the report needs the cli extra: {install_command('cli')})")
-            return
-        console = Console(highlight=False)
-        for part in renderables(build_report([capture])):
-            console.print(part)
+
+def command_prefix() -> str:
+    """How to run ``verl-otel-bridge`` from this shell: the name when it is on ``PATH`` and this
+    environment's, else the script beside this interpreter (e.g. ``.venv/bin/verl-otel-bridge``)."""
+    beside = Path(sys.executable).parent / "verl-otel-bridge"
+    found = shutil.which("verl-otel-bridge")
+    if found is not None and (not beside.exists() or Path(found).resolve() == beside.resolve()):
+        return "verl-otel-bridge"
+    if not beside.exists():
+        return f"{_relative(Path(sys.executable))} -m verl_otel_bridge.cli"
+    return _relative(beside)
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def main(output_dir: Path = OUTPUT_DIR) -> None:
+    """Entry point of ``make demo`` and ``verl-otel-bridge demo``: the run, its report, and the commands
+    that make the report again from what the run left in ``output_dir``."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    prepare_output(output_dir)
+    config = capture_config(output_dir)
+    vob.configure(config)
+    status = asyncio.run(run())
+    (output_dir / "status.json").write_text(json.dumps(status, indent=2, default=str) + "\n", encoding="utf-8")
+    capture = Path(config.jsonl_path.replace("{pid}", str(os.getpid()))).expanduser()
+    try:
+        from rich.console import Console
+
+        from verl_otel_bridge.report import build_report
+        from verl_otel_bridge.report.text import renderables
+    except ImportError:
+        print(f"(the report needs the cli extra: {install_command('cli')})")
+        return
+    print(f"\nthe report of {capture}:\n")
+    console = Console(highlight=False)
+    for part in renderables(build_report([capture])):
+        console.print(part)
+    prefix, shown = command_prefix(), _relative(capture)
+    print(f"\nkept in {_relative(output_dir)}/: the capture, status.json; the report again, as text and as HTML:")
+    print(f"  {prefix} report {shown}")
+    print(f"  {prefix} report {shown} --html {_relative(output_dir / 'report.html')}")
