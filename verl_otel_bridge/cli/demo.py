@@ -225,7 +225,9 @@ def main(output_dir: Path = OUTPUT_DIR) -> None:
     config = capture_config(output_dir)
     vob.configure(config)
     status = asyncio.run(run())
-    (output_dir / "status.json").write_text(json.dumps(status, indent=2, default=str) + "\n", encoding="utf-8")
+    fd = os.open(output_dir / "status.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with open(fd, "w", encoding="utf-8") as out:
+        out.write(json.dumps(status, indent=2, default=str) + "\n")
     capture = Path(config.jsonl_path.replace("{pid}", str(os.getpid()))).expanduser()
     try:
         from rich.console import Console
