@@ -4,7 +4,8 @@
     Installed versions, the resolved configuration and where each value came
     from (secrets masked), which exporter ``auto`` would choose and why, and
     whether the RL-Insight server answers. Exit code 0 when spans would reach
-    the preferred exporter, 1 otherwise; ``--json`` for scripts.
+    what the configuration asks for (under plain ``auto``, the local fallback
+    when RL-Insight is unusable), 1 otherwise; ``--json`` for scripts.
 ``demo``
     The simulated, traced agent loop of :mod:`verl_otel_bridge.cli.demo`.
 ``show CAPTURE``
@@ -100,13 +101,17 @@ def build_cli() -> click.Group:
         "--timeout",
         default=SERVER_TIMEOUT_S,
         show_default=True,
-        type=float,
-        help="Seconds to wait for the RL-Insight server and each OTLP endpoint.",
+        type=click.FloatRange(min=0, min_open=True),
+        help="Seconds to wait for the RL-Insight server and each OTLP endpoint (more than 0).",
     )
     @click.pass_context
     def doctor(ctx: click.Context, as_json: bool, timeout: float) -> None:
-        """Versions, configuration, where spans would go and why; exit 1 if not to the preferred exporter."""
-        report = diagnose(timeout_s=timeout)
+        """Versions, configuration, where spans would go and why; exit 1 if they would not reach what the
+        configuration asks for (under plain exporter=auto, the local fallback is fine)."""
+        try:
+            report = diagnose(timeout_s=timeout)
+        except ValueError as exc:  # e.g. --timeout nan, which the range lets through
+            raise click.BadParameter(str(exc), param_hint="--timeout") from None
         if as_json:
             click.echo(json.dumps(report, indent=2, default=str))
         else:
@@ -372,10 +377,12 @@ def _render_doctor(console: Any, report: Mapping[str, Any]) -> None:
         say(f"problem: {problem}", "red")
     for hint in report["hints"]:
         say(f"fix: {hint}")
+    for note in report["notes"]:
+        say(f"note: {note}")
     if report["ok"]:
         say(f"OK: spans reach {route['destination']}", "bold green")
     else:
-        say("NOT OK: spans would not reach the preferred exporter", "bold red")
+        say("NOT OK: spans would not reach what the configuration asks for", "bold red")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ environment is scrubbed from every other line.
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from typing import Any
 from verl_otel_bridge._version import __version__, distribution_version, install_command
 from verl_otel_bridge.config import ENV_PREFIX, BridgeConfig, value_sources
 from verl_otel_bridge.export.route import Route
+from verl_otel_bridge.export.spill import SpillSettings
 from verl_otel_bridge.exporters.kinds import check_exporter
 from verl_otel_bridge.records import parse_json
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
@@ -88,7 +90,11 @@ _HINTS = {
 
 
 def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SERVER_TIMEOUT_S) -> dict[str, Any]:
-    """Everything ``doctor`` reports, as a JSON-ready dict; ``ok`` says whether spans reach the preferred exporter.
+    """Everything ``doctor`` reports, as a JSON-ready dict; ``ok`` says whether spans reach what the config asks for.
+
+    Under plain ``exporter: auto`` (RL-Insight not asked for by name or by
+    ``rl_insight_enable=true``) the local fallback is what was asked for when RL-Insight is
+    unusable: ``ok``, with a note on how to reach RL-Insight.
 
     Uses the same checks as the RL-Insight exporter
     (:func:`rl_insight_compat.probe_module` and :func:`rl_insight_compat.check_runtime`)
@@ -99,11 +105,18 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
     Keys: ``ok``, ``versions``, ``config`` (``error``, ``values``: key ->
     ``{value, source}``), ``route`` (where spans go and why; None when the
     configuration does not resolve), ``server`` (the RL-Insight server check;
-    None without a server URL), ``problems``, ``hints``.
+    None without a server URL), ``problems`` (each makes ``ok`` false), ``hints``
+    (their fixes), ``notes`` (expected states worth knowing, e.g. how to reach RL-Insight).
+
+    Raises:
+        ValueError: ``timeout_s`` is not a positive, finite number of seconds.
     """
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout_s={timeout_s!r}: must be a positive, finite number of seconds")
     env = os.environ if environ is None else environ
     problems: list[str] = []
     hints: list[str] = []
+    notes: list[str] = []
     report: dict[str, Any] = {
         "ok": False,
         "versions": {},
@@ -112,6 +125,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         "server": None,
         "problems": problems,
         "hints": hints,
+        "notes": notes,
     }
     sources = value_sources(environ=env)
     try:
@@ -145,6 +159,9 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         "error": None,
         "values": {key: {"value": masked(key, value), "source": sources[key]} for key, value in values.items()},
     }
+    spill = SpillSettings.of(config)
+    if spill is not None:  # the directory status() reports, also when the default chooses it
+        report["config"]["values"]["spill_dir"]["value"] = spill.directory
     server_url = rl_insight_compat.server_url(config.rl_insight_server_url, config.rl_insight_config)
     if server_url:
         report["server"] = check_server(server_url, timeout_s)
@@ -204,9 +221,15 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         else:
             route["destination"] = f"{config.fallback} (fallback)"
             route["detail"] = f"{why}; RL-Insight is not usable: {probe.detail}"
-            problems.append(f"RL-Insight is not usable ({probe.reason}): {probe.detail}")
-            if probe.reason in _HINTS:
-                hints.append(_HINTS[probe.reason])
+            unusable = f"RL-Insight is not usable ({probe.reason}): {probe.detail}"
+            if planned.explicit:
+                problems.append(unusable)
+                if probe.reason in _HINTS:
+                    hints.append(_HINTS[probe.reason])
+            else:  # plain auto: the fallback is what was asked for while RL-Insight is unusable
+                notes.append(f"{unusable}; spans go to the {config.fallback} fallback, as exporter=auto intends")
+                if probe.reason in _HINTS:
+                    notes.append(f"to send them to RL-Insight: {_HINTS[probe.reason]}")
     else:
         route.update(preferred=planned.local, destination=planned.local, reason="configured", detail=planned.why)
     for index, name in enumerate(planned.names):
@@ -220,7 +243,8 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         if not check["ok"]:
             role = "copy" if index else ("fallback" if planned.wants_rl_insight else "exporter")
             problems.append(f"{role} {name!r} cannot be used: {check['detail']}")
-    report["ok"] = route["destination"] == route["preferred"] and not problems
+    reached = route["destination"] == route["preferred"] or not planned.explicit
+    report["ok"] = reached and not problems
     return scrub(report)  # type: ignore[no-any-return]
 
 
