@@ -299,9 +299,66 @@ def test_show_counts_bad_lines_without_failing(tmp_path: Path, make_bridge: Call
     result = run("show", str(capture), "--max-attributes", "0")
     assert result.exit_code == 0
     assert "5 spans in 2 traces; 3 bad lines" in result.stderr
-    assert "line 6: not JSON" in result.stderr
-    assert "line 8: a JSON list, not a span record" in result.stderr
+    assert f"{capture}:6: not JSON" in result.stderr  # file:line:, as report says it
+    assert f"{capture}:8: a JSON list, not a span record" in result.stderr
     assert "prompt_tokens" not in result.stdout  # --max-attributes 0
+    reported = run("report", str(capture))
+    assert f"{capture}:6: not JSON" in reported.stdout
+
+
+def test_show_and_report_take_several_files_and_directories(tmp_path: Path, make_bridge: Callable[..., Bridge]) -> None:
+    """As the Ray example writes them: one capture per process, given as files or as their directory."""
+    workers = tmp_path / "workers"
+    workers.mkdir()
+    make_capture(workers / "a.jsonl", make_bridge)
+    make_capture(workers / "b.jsonl", make_bridge)
+    (workers / "notes.txt").write_text("not a capture, and not *.jsonl: left alone\n")
+    for args in ([str(workers / "a.jsonl"), str(workers / "b.jsonl")], [str(workers)]):
+        shown = run("show", *args)
+        assert shown.exit_code == 0, shown.output
+        assert "10 spans in 4 traces; 0 bad lines" in shown.stderr
+        reported = run("report", *args)
+        assert reported.exit_code == 0, reported.output
+        assert "from 2 files" in reported.stdout
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    for command in ("show", "report"):
+        result = run(command, str(empty))
+        assert result.exit_code == 1 and "holds no *.jsonl file" in result.output
+
+
+@pytest.mark.parametrize("content", ["", "# verl-otel-bridge\n\nOpenTelemetry tracing for verl.\n"])
+def test_show_and_report_refuse_a_file_that_is_not_a_capture(tmp_path: Path, content: str) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(content)
+    for command in ("show", "report"):
+        result = run(command, str(readme))
+        assert result.exit_code == 1, (command, result.output)
+        assert "not a capture" in result.output and str(readme) in result.output
+
+
+def test_report_of_an_unknown_step_names_the_steps_present(tmp_path: Path, make_bridge: Callable[..., Bridge]) -> None:
+    capture = tmp_path / "spans.jsonl"
+    make_capture(capture, make_bridge)  # sessions of step 12 and one without a step
+    result = run("report", str(capture), "--step", "99")
+    assert result.exit_code == 1, result.output
+    assert "no step 99 in these captures; the steps present: 12, (no global_steps)" in result.output
+    assert run("report", str(capture), "--step", "12").exit_code == 0
+
+
+def test_report_checks_the_html_path_before_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    capture = tmp_path / "spans.jsonl"
+    capture.write_text("")
+    built: list[object] = []
+    monkeypatch.setattr("verl_otel_bridge.report.build_report", lambda *a, **k: built.append(a))
+    for target, says in (
+        (tmp_path / "no" / "such" / "r.html", "does not exist"),
+        (tmp_path, "is a directory"),
+    ):
+        result = run("report", str(capture), "--html", str(target))
+        assert result.exit_code == 2, result.output
+        assert "--html" in result.output and says in result.output
+    assert built == []  # nothing was read before the path was refused
 
 
 # -- records <-> spans ---------------------------------------------------------------
@@ -420,7 +477,7 @@ def test_replay_to_console_re_exports_every_span_exactly(tmp_path: Path, make_br
     assert replayed == records  # same ids, parents, ns times, status, attributes, events, resource
     summary = result.stderr
     assert summary_row(summary) == {"read": 5, "bad lines": 2, "exported": 5, "fallback": 0, "failed": 0}
-    assert "line 6: not JSON" in summary and "line 7: trace_id" in summary
+    assert f"{capture}:6: not JSON" in summary and f"{capture}:7: trace_id" in summary
 
 
 def test_replay_applies_redact_attributes(
@@ -619,7 +676,7 @@ def test_demo_command_runs_the_demo_keeps_its_output_and_its_printed_commands_wo
         f"  verl-otel-bridge report {capture} --html {Path('demo-output') / 'report.html'}",
     ]
     for command in commands:
-        again = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120, cwd=tmp_path)  # noqa: S602 - the printed command, as a user pastes it
+        again = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert again.returncode == 0, again.stderr
         assert f"zero advantage: uid 'uid-{group}'" in again.stdout
     assert "straggler" in (kept / "report.html").read_text(encoding="utf-8")

@@ -241,5 +241,5 @@ def test_an_unwritable_html_path_is_one_clear_error(planted: Planted, tmp_path: 
     result = CliRunner().invoke(
         build_cli(), ["report", str(planted.files[0]), "--html", str(tmp_path / "no" / "r.html")]
     )
-    assert result.exit_code == 1 and result.exception is not None and not isinstance(result.exception, OSError)
-    assert "--html" in result.output and "cannot write it" in result.output
+    assert result.exit_code == 2 and result.exception is not None and not isinstance(result.exception, OSError)
+    assert "--html" in result.output and "does not exist" in result.output

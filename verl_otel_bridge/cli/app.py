@@ -8,12 +8,12 @@
     when RL-Insight is unusable), 1 otherwise; ``--json`` for scripts.
 ``demo``
     The simulated, traced agent loop of :mod:`verl_otel_bridge.cli.demo`.
-``show CAPTURE``
-    The span tree of a JSON Lines capture (``exporter: jsonl``): a file, or a directory of them.
+``show CAPTURE...``
+    The span tree of JSON Lines captures (``exporter: jsonl``; a directory: its ``*.jsonl``).
 ``replay FILE.jsonl --to rl_insight|otlp|console``
     Re-export a capture recorded offline, with the original ids and times.
-``report CAPTURE... [--html OUT] [--step N]`` (files or directories of them)
-    Per step: the slowest sessions, unfinished and hung ones, errors, zero-advantage
+``report CAPTURE... [--html OUT] [--step N]``
+    Per step (files or directories, as ``show``): the slowest sessions, unfinished and hung ones, errors, zero-advantage
     groups, reward against duration and turns (:mod:`verl_otel_bridge.report`).
 
 The command line needs the ``cli`` extra (``click`` and ``rich``). They are
@@ -30,6 +30,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -88,7 +89,7 @@ def build_cli() -> click.Group:
         return Console(highlight=False, soft_wrap=False)
 
     def err() -> Console:
-        return Console(stderr=True, highlight=False)
+        return Console(stderr=True, highlight=False, soft_wrap=True)  # file:line: lines stay whole
 
     @click.group(context_settings={"help_option_names": ["-h", "--help"]})
     @click.version_option(__version__, prog_name="verl-otel-bridge")
@@ -132,25 +133,37 @@ def build_cli() -> click.Group:
 
         demo_main(output)
 
-    @cli.command(short_help="Print the span tree of a JSONL capture.")
-    @click.argument("capture", type=click.Path(exists=True, path_type=Path))
+    def not_captures(files: Sequence[str]) -> click.ClickException:
+        listed = ", ".join(files)
+        return click.ClickException(
+            f"not a capture (no span record in it; a capture is the JSON Lines file of exporter: jsonl): {listed}"
+        )
+
+    @cli.command(short_help="Print the span tree of JSONL captures.")
+    @click.argument("captures", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
     @click.option(
         "--max-attributes", default=6, show_default=True, type=click.IntRange(min=0), help="Attributes shown per span."
     )
-    def show(capture: Path, max_attributes: int) -> None:
-        """Print the span tree of a JSON Lines capture (exporter: jsonl), a file or a directory of them (every
-        *.jsonl file in it, e.g. the verl plugin's default one); bad lines are counted, not fatal."""
+    def show(captures: tuple[Path, ...], max_attributes: int) -> None:
+        """Print the span tree of JSON Lines captures (exporter: jsonl); bad lines are counted, not fatal.
+
+        CAPTURE are files or directories (a directory: its *.jsonl files), e.g. one per worker.
+        """
         from verl_otel_bridge.tree import display, render_tree
 
         records: list[dict[str, Any]] = []
-        bad: list[tuple[int | str, str]] = []
-        for file in _capture_files([capture]):
+        bad: list[tuple[str, int, str]] = []
+        empty: list[str] = []
+        for file in _capture_files(captures):
             result = read_records(file)
-            records += result.records
-            bad += [(f"{file}: line {n}" if capture.is_dir() else n, problem) for n, problem in result.bad]
-        if records:
-            click.echo(render_tree(records, max_attributes=max_attributes))
+            records.extend(result.records)
+            bad.extend((str(file), number, problem) for number, problem in result.bad)
+            if not result.records:
+                empty.append(str(file))
+        if empty:
+            raise not_captures(empty)
         _report_bad(err(), bad)
+        click.echo(render_tree(records, max_attributes=max_attributes))
         traces = len({display(r.get("trace_id")) for r in records})
         err().print(Text(f"{len(records)} spans in {traces} traces; {len(bad)} bad lines"))
 
@@ -174,13 +187,22 @@ def build_cli() -> click.Group:
         """Per global_steps: sessions, duration p50/p90/max, the slowest sessions, unfinished and hung sessions,
         errors, groups of one uid whose rewards are all equal, and reward against duration and turns.
 
-        CAPTURE are JSON Lines files (exporter: jsonl), e.g. one per worker, or directories of them (every
-        *.jsonl file in it, e.g. the verl plugin's default one); they are streamed.
+        CAPTURE are JSON Lines files (exporter: jsonl) or directories (their *.jsonl files), e.g. one per
+        worker; they are streamed.
         """
         from verl_otel_bridge.report import build_report
         from verl_otel_bridge.report.text import renderables
 
+        if html_out is not None:
+            problem = _unwritable(html_out)
+            if problem is not None:
+                raise click.BadParameter(f"{html_out}: {problem}", param_hint="--html")
         built = build_report(_capture_files(captures), step=step, top=top, straggler_factor=straggler_factor)
+        if built.not_captures:
+            raise not_captures(built.not_captures)
+        if step is not None and not built.steps:
+            present = ", ".join(str(s) if s != "" else "(no global_steps)" for s in built.steps_present) or "none"
+            raise click.ClickException(f"no step {step} in these captures; the steps present: {present}")
         console = out()
         for part in renderables(built):
             console.print(part)
@@ -264,7 +286,7 @@ def build_cli() -> click.Group:
             if ray is not None:
                 with contextlib.suppress(Exception):
                     ray.shutdown()
-        _report_bad(console, summary.bad)
+        _report_bad(console, [(str(file), number, problem) for number, problem in summary.bad])
         table = Table(title=f"replay {file.name} -> {target}", show_header=True)
         for column in ("read", "bad lines", "exported", "fallback", "failed"):
             table.add_column(column, justify="right")
@@ -296,15 +318,28 @@ def _capture_files(paths: Sequence[Path]) -> list[Path]:
         raise click.ClickException(str(exc)) from None
 
 
-def _report_bad(console: Any, bad: Sequence[tuple[int | str, str]], shown: int = 5) -> None:
+def _report_bad(console: Any, bad: Sequence[tuple[str, int, str]], shown: int = 5) -> None:
+    """The first ``shown`` bad lines as ``file:line: problem`` (the report's format too), then how many more."""
     from rich.text import Text
 
     from verl_otel_bridge.tree import printable
 
-    for where, problem in bad[:shown]:
-        console.print(Text(printable(f"line {where}: {problem}" if isinstance(where, int) else f"{where}: {problem}")))
+    for file, number, problem in bad[:shown]:
+        console.print(Text(printable(f"{file}:{number}: {problem}")))
     if len(bad) > shown:
         console.print(Text(f"... and {len(bad) - shown} more bad lines"))
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written as a new or replaced file, or None (asked first: a bad path fails fast)."""
+    if path.is_dir():
+        return "is a directory"
+    if path.exists():
+        return None if os.access(path, os.W_OK) else "cannot be written (permission denied)"
+    parent = path.parent
+    if not parent.is_dir():
+        return f"its directory {parent} does not exist"
+    return None if os.access(parent, os.W_OK | os.X_OK) else f"its directory {parent} cannot be written"
 
 
 def _render_doctor(console: Any, report: Mapping[str, Any]) -> None:

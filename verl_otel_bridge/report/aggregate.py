@@ -155,6 +155,10 @@ class Report:
     outside_sessions: int
     bad_lines: int
     bad_examples: list[tuple[str, int, str]]
+    #: Every ``global_steps`` value the captures hold (also those ``step`` left out), in step order.
+    steps_present: list[Any] = field(default_factory=list)
+    #: The files that held no span record at all (not captures: empty, or another format).
+    not_captures: list[str] = field(default_factory=list)
 
 
 class _Session:
@@ -230,6 +234,7 @@ class _Aggregator:
         self.order = itertools.count()
         self.spans = self.outside = 0
         self.error_spans: dict[Any, int] = {}
+        self.steps_seen: set[Any] = set()
 
     def add(self, record: dict[str, Any]) -> None:
         attributes = record.get("attributes") or {}
@@ -238,6 +243,7 @@ class _Aggregator:
             self.outside += 1
             return
         step = _step(attributes.get(GLOBAL_STEPS, ""))
+        self.steps_seen.add(step)
         if self.step_filter is not None and not _same_step(step, self.step_filter):
             return
         self.spans += 1
@@ -335,7 +341,9 @@ def build_report(
     aggregator = _Aggregator(step, max(1, top))
     bad = 0
     examples: list[tuple[str, int, str]] = []
+    not_captures: list[str] = []
     for path in paths:
+        records = 0
         with open(path, "rb") as stream:
             for number, _size, record, problem in iter_lines(stream):
                 if record is None:
@@ -343,9 +351,14 @@ def build_report(
                     if len(examples) < MAX_BAD_LINES:
                         examples.append((os.fspath(path), number, problem or "unreadable"))
                     continue
+                records += 1
                 aggregator.add(record)
+        if not records:
+            not_captures.append(os.fspath(path))
     steps = _steps(aggregator, max_listed, straggler_factor)
-    return Report(steps, [os.fspath(p) for p in paths], aggregator.spans, aggregator.outside, bad, examples)
+    present = sorted(aggregator.steps_seen, key=_step_order)
+    files = [os.fspath(p) for p in paths]
+    return Report(steps, files, aggregator.spans, aggregator.outside, bad, examples, present, not_captures)
 
 
 def _steps(aggregator: _Aggregator, max_listed: int, straggler_factor: float) -> list[StepReport]:
