@@ -3,6 +3,7 @@ zero-advantage groups, errors, an unfinished session and a session split across 
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from verl_otel_bridge.cli.app import build_cli
 from verl_otel_bridge.identity import SessionIdentity
 from verl_otel_bridge.protocol import TASK_SPAN_NAME, TRACE_SOURCE, TURN_SPAN_NAME
 from verl_otel_bridge.report import Report, StepReport, build_report
-from verl_otel_bridge.report.html import render_html
+from verl_otel_bridge.report.html import nice_ticks, render_html
 
 STEPS, UIDS, GROUP = (1, 2, 3), 4, 4
 #: step -> (uid index, session) of its straggler, its duration; every other session takes 1 to 1.4 s.
@@ -243,3 +244,44 @@ def test_an_unwritable_html_path_is_one_clear_error(planted: Planted, tmp_path: 
     )
     assert result.exit_code == 2 and result.exception is not None and not isinstance(result.exception, OSError)
     assert "--html" in result.output and "does not exist" in result.output
+
+
+def _section(page: str, step: int) -> str:
+    start = page.index(f'<section data-step="{step}"')
+    return page[start : page.index("</section>", start)]
+
+
+def test_the_html_marks_stragglers_errors_and_unfinished_sessions_not_the_slowest(report: Report) -> None:
+    page = render_html(report)
+    for step in STEPS:
+        section = _section(page, step)
+        scatter = section[section.index('<svg class="scatter"') :]
+        marked = re.findall(r'<circle [^>]*data-marks="([^"]*)"><title>([^:]+):', scatter)
+        stragglers = {lane for marks, lane in marked if "straggler" in marks}
+        planted = {lane(*STRAGGLERS[step])} if step in STRAGGLERS else set()
+        assert stragglers == planted, step  # not the 5 slowest: none at all in step 2
+        errors = {lane for marks, lane in marked if "error" in marks}
+        assert errors == ({lane(*FAILING[step])} if step in FAILING else set()), step
+        assert ('<div class="legend">' in scatter) and "finished session" in scatter
+    failing = re.search(
+        r'<g class="session" data-lane="[^"]*sample=3/session=1/[^"]*"[^>]*>.*?</g>', _section(page, 2), re.S
+    )
+    assert failing is not None and 'data-marks="error"' in failing.group(0) and "[error]" in failing.group(0)
+    unfinished = re.search(r'<g class="session" [^>]*data-kind="unfinished"[^>]*>', _section(page, 3))
+    assert unfinished is not None and 'data-marks="unfinished"' in unfinished.group(0)
+    assert "still open at shutdown" in _section(page, 3)  # the legend says what the mark means
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "ticks"),
+    [
+        (0.129, 1.0, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]),
+        (0.0, 1.021, [0.0, 0.5, 1.0, 1.5]),
+        (0.0, 30.0, [0.0, 10.0, 20.0, 30.0]),
+        (-1.0, 1.0, [-1.0, -0.5, 0.0, 0.5, 1.0]),
+        (0.5, 1.5, [0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6]),
+        (0.0, 0.0042, [0.0, 0.001, 0.002, 0.003, 0.004, 0.005]),
+    ],
+)
+def test_axis_ticks_are_round_and_cover_the_data(low: float, high: float, ticks: list[float]) -> None:
+    assert nice_ticks(low, high) == ticks

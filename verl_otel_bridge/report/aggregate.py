@@ -23,6 +23,7 @@ from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.protocol import (
     COMPLETION_TOKENS,
     ERROR,
+    FAILED_STATUSES,
     GENERATE_TURN,
     GLOBAL_STEPS,
     PROGRESS_ELAPSED_S,
@@ -143,6 +144,8 @@ class StepReport:
     reward_vs_turns: float | None = None
     #: ``(duration_s, reward, turns, state_lane_id)`` of finished sessions with a reward (sampled).
     points: list[tuple[float, float, int, str]] = field(default_factory=list)
+    #: The ``state_lane_id`` of each session among ``points`` that had an error span or ended in error.
+    point_errors: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -461,6 +464,8 @@ def _rewards(report: StepReport, step: Any, finished: list[tuple[str, _Session]]
         for i, (d, r, t, lane) in enumerate(rows)
         if r is not None and (i % stride == 0 or (step, lane) in slow)
     ]
+    failed = {lane for lane, s in finished if s.errors or s.status.lower() in FAILED_STATUSES}
+    report.point_errors = {lane for *_, lane in report.points if lane in failed}
 
 
 def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from verl_otel_bridge._version import __version__
+from verl_otel_bridge.protocol import FAILED_STATUSES
 from verl_otel_bridge.report.aggregate import Report, SessionSummary, StepReport
 from verl_otel_bridge.report.rows import (
     ERROR_COLUMNS,
@@ -29,16 +30,28 @@ from verl_otel_bridge.report.rows import (
 #: Bar colours by turn type (other types and plain spans get the last).
 COLOURS = {"generate": "#4C78A8", "tool": "#F58518", "span": "#9D9D9D"}
 _OTHER_COLOUR = "#54A24B"
+#: How the waterfall and the scatter mark a session, the strongest first: name -> (colour, what it means).
+MARKS = {
+    "straggler": ("#d62728", "slower than the straggler factor times its step's median"),
+    "error": ("#7b3294", "an error span, or a failed status"),
+    "hung": ("#e6a700", "progress records but no session span: open when the capture ends"),
+    "unfinished": ("#8c564b", "still open at shutdown, ended by the bridge"),
+}
+_POINT_COLOUR = "#4C78A8"
 
 _STYLE = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1em; }
-th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
-th { background: #f3f3f3; } td.l, th.l { text-align: left; }
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1200px; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; max-width: 100%; }
+table.steps { font-size: 12px; }
+th, td { border: 1px solid #ccc; padding: 2px 5px; text-align: right; }
+th { background: #f3f3f3; } td.l, th.l { text-align: left; } td.l { overflow-wrap: anywhere; }
+svg { max-width: 100%; height: auto; }
 section { border-top: 2px solid #ddd; margin-top: 1.5em; }
 .note { color: #555; } .warn { color: #b00; }
 svg text { font: 11px system-ui, sans-serif; fill: #222; }
 .legend span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
+.legend span.mark { background: none; border: 3px solid; width: 8px; height: 8px; }
+.legend span.ring { background: #fff; border: 2px solid; border-radius: 50%; width: 8px; height: 8px; }
 """
 
 _SCRIPT = """
@@ -113,8 +126,14 @@ def _step(step: StepReport) -> str:
     if step.errored:
         out += ["<h3>Errors</h3>", _sessions(step.errored, ERROR_COLUMNS, "errors")]
     shown = [*step.slowest, *step.unfinished, *step.hung]
+    listed = {s.state_lane_id for s in shown}
+    shown += [s for s in step.errored if s.state_lane_id not in listed]  # their bar only: turns are not kept
     if shown:
-        out += ["<h3>Waterfall: turns and tools on a time axis from each session's start</h3>", _waterfall(shown)]
+        stragglers = {s.state_lane_id for s in step.stragglers}
+        out += [
+            "<h3>Waterfall: turns and tools on a time axis from each session's start</h3>",
+            _waterfall(shown, stragglers),
+        ]
     if step.points:
         out += [
             f"<h3>Reward vs duration</h3><p>mean reward {number(step.reward_mean)} over {step.rewarded} sessions; "
@@ -143,28 +162,62 @@ def _sessions(sessions: Iterable[SessionSummary], columns: Sequence[str], name: 
     return _table([{c: session_row(s)[c] for c in columns} for s in sessions], name)
 
 
-def _waterfall(sessions: Sequence[SessionSummary]) -> str:
+def marks_of(s: SessionSummary, stragglers: set[str]) -> list[str]:
+    """What the charts mark ``s`` as (names of :data:`MARKS`, in that order); empty for an ordinary session."""
+    failed = s.errors > 0 or s.status.lower() in FAILED_STATUSES
+    flags = {
+        "straggler": s.state_lane_id in stragglers,
+        "error": failed,
+        "hung": s.kind == "hung",
+        "unfinished": s.kind == "unfinished",
+    }
+    return [name for name in MARKS if flags[name]]
+
+
+def _legend(items: Iterable[str]) -> str:
+    return f'<div class="legend">{"".join(items)}</div>'
+
+
+def _mark_legend(names: Iterable[str], css: str = "mark") -> list[str]:
+    e = html.escape
+    return [
+        f'<span class="{css}" style="border-color:{MARKS[n][0]}" title="{e(MARKS[n][1])}"></span>{e(n)} '
+        f'<small class="note">({e(MARKS[n][1])})</small>'
+        for n in names
+    ]
+
+
+def _waterfall(sessions: Sequence[SessionSummary], stragglers: set[str]) -> str:
     e = html.escape
     label_w, plot_w, row_h, top = 300, 640, 22, 24
-    span_s = max((s.duration_s for s in sessions), default=0.0) or 1e-3
-    scale = plot_w / span_s
+    ticks = nice_ticks(0.0, max((s.duration_s for s in sessions), default=0.0) or 1e-3)
+    scale = plot_w / ticks[-1]
     height = top + row_h * len(sessions) + 8
-    out = [f'<svg class="waterfall" width="{label_w + plot_w + 20}" height="{height}" role="img">']
-    for tick in _ticks(span_s):
+    width = label_w + plot_w + 20
+    out = [f'<svg class="waterfall" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img">']
+    for tick in ticks:
         x = label_w + tick * scale
         out.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height}" stroke="#e5e5e5"/>')
         out.append(f'<text x="{x:.1f}" y="{top - 10}" text-anchor="middle">{tick:g} s</text>')
+    seen: set[str] = set()
     for row, s in enumerate(sessions):
         y = top + row * row_h
         lane = e(s.state_lane_id)
         label = f"uid {s.uid} sample {s.sample} session {s.session}"
-        status = s.status or s.kind
-        out.append(f'<g class="session" data-lane="{lane}" data-kind="{e(s.kind)}">')
+        marks = marks_of(s, stragglers)
+        seen.update(marks)
+        first = s.status or s.kind
+        status = ", ".join([first, *(m for m in marks if m != first)])
+        out.append(f'<g class="session" data-lane="{lane}" data-kind="{e(s.kind)}" data-marks="{" ".join(marks)}">')
+        if marks:
+            colour = MARKS[marks[0]][0]
+            out.append(f'<rect class="mark" x="2" y="{y + 5}" width="10" height="{row_h - 10}" fill="{colour}"/>')
         out.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{e(label)} [{e(status)}]</text>')
-        width = max(1.0, s.duration_s * scale)
+        bar = max(1.0, s.duration_s * scale)
+        stroke = f'stroke="{MARKS[marks[0]][0]}" stroke-width="2"' if marks else 'stroke="#9fb3c8"'
         out.append(
-            f'<rect x="{label_w}" y="{y + 2}" width="{width:.1f}" height="{row_h - 4}" fill="#eef2f7" '
-            f'stroke="#9fb3c8"><title>{lane}: {s.duration_s:.3f} s, {s.turns} turns, {e(status)}</title></rect>'
+            f'<rect x="{label_w}" y="{y + 2}" width="{bar:.1f}" height="{row_h - 4}" fill="#eef2f7" '
+            f"{stroke}><title>{lane}: {s.duration_s:.3f} s, {s.turns} turns, {e(status)}</title></rect>"
         )
         for segment in s.segments:
             x = label_w + max(0.0, (segment.start_ns - s.start_ns) / 1e9) * scale
@@ -178,20 +231,24 @@ def _waterfall(sessions: Sequence[SessionSummary]) -> str:
             )
         out.append("</g>")
     out.append("</svg>")
-    legend = "".join(f'<span style="background:{c}"></span>{e(k)}' for k, c in COLOURS.items())
-    return "\n".join(out) + f'<div class="legend">{legend}<span style="background:{_OTHER_COLOUR}"></span>other</div>'
+    legend = [f'<span style="background:{c}"></span>{e(k)}' for k, c in COLOURS.items()]
+    legend.append(f'<span style="background:{_OTHER_COLOUR}"></span>other')
+    legend += _mark_legend(name for name in MARKS if name in seen)
+    return "\n".join(out) + _legend(legend)
 
 
 def _scatter(step: StepReport) -> str:
     e = html.escape
     width, height, left, bottom, pad = 520, 300, 56, 36, 12
     points = step.points
-    slow = {s.state_lane_id for s in step.slowest}
-    x_max = max(d for d, *_ in points) or 1e-3
+    stragglers = {s.state_lane_id for s in step.stragglers}
+    x_ticks = nice_ticks(0.0, max(d for d, *_ in points) or 1e-3)
     rewards = [r for _, r, _, _ in points]
-    y_min, y_max = min(rewards), max(rewards)
-    if y_max == y_min:
-        y_min, y_max = y_min - 0.5, y_max + 0.5
+    low, high = min(rewards), max(rewards)
+    if high == low:
+        low, high = low - 0.5, high + 0.5
+    y_ticks = nice_ticks(low, high)
+    x_max, y_min, y_max = x_ticks[-1], y_ticks[0], y_ticks[-1]
     plot_w, plot_h = width - left - pad, height - bottom - pad
 
     def sx(value: float) -> float:
@@ -200,27 +257,45 @@ def _scatter(step: StepReport) -> str:
     def sy(value: float) -> float:
         return pad + (y_max - value) / (y_max - y_min) * plot_h
 
-    out = [f'<svg class="scatter" width="{width}" height="{height}" role="img">']
+    out = [f'<svg class="scatter" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img">']
+    for tick in y_ticks:
+        out.append(f'<line x1="{left}" y1="{sy(tick):.1f}" x2="{left + plot_w}" y2="{sy(tick):.1f}" stroke="#eee"/>')
+        out.append(f'<text class="y-tick" x="{left - 6}" y="{sy(tick) + 4:.1f}" text-anchor="end">{tick:g}</text>')
     out.append(f'<rect x="{left}" y="{pad}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#999"/>')
-    for tick in _ticks(x_max):
-        out.append(f'<text x="{sx(tick):.1f}" y="{height - bottom + 14}" text-anchor="middle">{tick:g}</text>')
-    for tick in (y_min, (y_min + y_max) / 2, y_max):
-        out.append(f'<text x="{left - 6}" y="{sy(tick) + 4:.1f}" text-anchor="end">{tick:.3g}</text>')
+    for tick in x_ticks:
+        x = sx(tick)
+        out.append(f'<text class="x-tick" x="{x:.1f}" y="{height - bottom + 14}" text-anchor="middle">{tick:g}</text>')
     out.append(f'<text x="{left + plot_w / 2}" y="{height - 4}" text-anchor="middle">session duration (s)</text>')
     out.append(f'<text x="12" y="{pad + plot_h / 2}" transform="rotate(-90 12 {pad + plot_h / 2})">reward</text>')
+    seen: set[str] = set()
     for duration, reward, turns, lane in points:
-        colour = "#d62728" if lane in slow else "#4C78A8"
+        straggler, failed = lane in stragglers, lane in step.point_errors
+        marks = [name for name, on in (("straggler", straggler), ("error", failed)) if on]
+        seen.update(marks)
+        colour = MARKS["straggler"][0] if straggler else _POINT_COLOUR
+        ring = f' stroke="{MARKS["error"][0]}" stroke-width="2"' if failed else ""
+        said = f", {' and '.join(marks)}" if marks else ""
         out.append(
-            f'<circle cx="{sx(duration):.1f}" cy="{sy(reward):.1f}" r="{4 if lane in slow else 3}" fill="{colour}" '
-            f'fill-opacity="0.75"><title>{e(lane)}: {duration:.3f} s, reward {reward:g}, {turns} turns</title></circle>'
+            f'<circle cx="{sx(duration):.1f}" cy="{sy(reward):.1f}" r="{5 if marks else 3}" fill="{colour}" '
+            f'fill-opacity="0.75"{ring} data-marks="{" ".join(marks)}">'
+            f"<title>{e(lane)}: {duration:.3f} s, reward {reward:g}, {turns} turns{said}</title></circle>"
         )
     out.append("</svg>")
-    return "\n".join(out)
+    legend = [f'<span style="background:{_POINT_COLOUR}"></span>finished session']
+    if "straggler" in seen:
+        legend += _mark_legend(["straggler"])
+    if "error" in seen:
+        legend += _mark_legend(["error"], "ring")
+    legend.append('<small class="note">(hung and unfinished sessions have no reward: see the waterfall)</small>')
+    return "\n".join(out) + _legend(legend)
 
 
-def _ticks(limit: float, count: int = 5) -> list[float]:
-    """Round tick values from 0 to ``limit`` (about ``count`` of them)."""
-    raw = limit / count
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About ``count`` round ticks (1, 2 or 5 times a power of ten apart) from at or below ``low``
+    to at or above ``high``: the axis runs from the first to the last."""
+    raw = (high - low) / count if high > low else abs(high) / count or 1.0
     magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    return [round(i * step, 10) for i in range(int(limit / step) + 1)]
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
+    first = math.floor(low / step + 1e-9)
+    last = max(first + 1, math.ceil(high / step - 1e-9))
+    return [round(i * step, 10) for i in range(first, last + 1)]
