@@ -697,5 +697,8 @@ def test_demo_output_refuses_a_link(tmp_path: Path) -> None:
     target = tmp_path / "elsewhere"
     target.mkdir()
     (tmp_path / "demo-output").symlink_to(target)
-    with pytest.raises(SystemExit, match="not a directory of its own"):
+    with pytest.raises(SystemExit, match="is a symbolic link"):
         demo.prepare_output(tmp_path / "demo-output")
+    (tmp_path / "demo-output").unlink()
+    demo.prepare_output(tmp_path / "demo-output")
+    assert (tmp_path / "demo-output").stat().st_mode & 0o777 == 0o700

@@ -27,7 +27,6 @@ import logging
 import os
 import random
 import shutil
-import stat
 import sys
 import time
 from collections.abc import Mapping
@@ -36,6 +35,7 @@ from pathlib import Path
 import verl_otel_bridge as vob
 from verl_otel_bridge._version import install_command
 from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.private_files import UnsafePathError, open_private_new, private_dir
 from verl_otel_bridge.protocol import PROGRESS_SPAN_NAME
 from verl_otel_bridge.status import BridgeStatus
 from verl_otel_bridge.tree import render_tree
@@ -54,6 +54,7 @@ DEMO_PROGRESS_INTERVAL_S = 0.25
 #: Where the demo keeps its capture, status and report, relative to the working directory (git ignores it).
 OUTPUT_DIR = Path("demo-output")
 CAPTURE_NAME = "demo_spans.jsonl"
+STATUS_NAME = "status.json"
 
 
 class ToolError(RuntimeError):
@@ -191,11 +192,14 @@ def capture_config(directory: Path) -> BridgeConfig:
 
 
 def prepare_output(directory: Path) -> None:
-    """Make ``directory`` (private to the user) and remove the last run's capture; refuse a link."""
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if directory.is_symlink() or not stat.S_ISDIR(directory.lstat().st_mode):
-        raise SystemExit(f"verl-otel-bridge demo: {directory} is not a directory of its own (a link?)")
-    (directory / CAPTURE_NAME).unlink(missing_ok=True)
+    """Make ``directory`` private to the user (``0700``, refused when it is a link or open to others) and
+    remove the last run's capture and status."""
+    try:
+        private_dir(directory)
+    except UnsafePathError as exc:
+        raise SystemExit(f"verl-otel-bridge demo: {exc}") from None
+    for name in (CAPTURE_NAME, STATUS_NAME):
+        (directory / name).unlink(missing_ok=True)
 
 
 def command_prefix() -> str:
@@ -225,8 +229,7 @@ def main(output_dir: Path = OUTPUT_DIR) -> None:
     config = capture_config(output_dir)
     vob.configure(config)
     status = asyncio.run(run())
-    fd = os.open(output_dir / "status.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with open(fd, "w", encoding="utf-8") as out:
+    with open(open_private_new(output_dir / STATUS_NAME, os.O_WRONLY), "w", encoding="utf-8") as out:
         out.write(json.dumps(status, indent=2, default=str) + "\n")
     capture = Path(config.jsonl_path.replace("{pid}", str(os.getpid()))).expanduser()
     try:
