@@ -33,10 +33,12 @@ from verl_otel_bridge.current import (
 from verl_otel_bridge.identity import SessionIdentity, current_identity
 from verl_otel_bridge.payload import record_io
 from verl_otel_bridge.session import Session
+from verl_otel_bridge.status import BridgeStatus
 
 __all__ = [
     "Bridge",
     "BridgeConfig",
+    "BridgeStatus",
     "ConfigError",
     "Session",
     "SessionIdentity",

@@ -32,7 +32,7 @@ from opentelemetry.trace import (
 )
 
 from verl_otel_bridge._version import __version__
-from verl_otel_bridge.accounting import SpanCounts, balance
+from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
 from verl_otel_bridge.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge.config import BridgeConfig
@@ -390,7 +390,8 @@ class Bridge:
             self._processor.shutdown(max(0.0, deadline - time.monotonic()))
             if self._owns_provider:
                 self._provider.shutdown()
-            self._log_summary()
+            if self._pipeline is not None:
+                self._pipeline.log_summary(self.status())
         finally:
             # Only now: an interpreter exit while another thread shuts down waits for it here.
             atexit.unregister(self._at_exit)
@@ -454,30 +455,6 @@ class Bridge:
             self.shutdown()
         except Exception:
             logger.exception("shutting down the bridge at exit failed")
-
-    def _log_summary(self) -> None:
-        status = self.status()
-        counters = status["counters"]
-        rl_insight = self._pipeline.rl_insight if self._pipeline is not None else None
-        preferred_unusable = rl_insight is not None and rl_insight.explicit and status["reason"] != "ok"
-        worrying = counters["dropped"] or counters["failed"] or (counters["fallback"] and preferred_unusable)
-        logger.log(
-            logging.WARNING if worrying else logging.INFO,
-            "verl_otel_bridge shut down: spans went to %s (%s); started=%d ended=%d exported=%s fallback=%d "
-            "spilled=%d sampled_out=%d dropped=%d failed=%d invalid=%d unaccounted=%d",
-            status["exporter"],
-            status["detail"],
-            counters["started"],
-            counters["ended"],
-            counters["exported"],
-            counters["fallback"],
-            counters["spilled"],
-            counters["sampled_out"],
-            counters["dropped"],
-            counters["failed"],
-            counters["invalid"],
-            balance(counters),
-        )
 
 
 def record_error(span: Span, exc: BaseException) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from verl_otel_bridge.accounting import SpanCounts, copied, exported
+from verl_otel_bridge.accounting import SpanCounts, balance, copied, exported
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export.processors import ExportSpanProcessor
 from verl_otel_bridge.export.queue import QueueSettings
@@ -31,6 +32,8 @@ from verl_otel_bridge.status import (
 
 if TYPE_CHECKING:
     from verl_otel_bridge.rl_insight.exporter import RLInsightSpanExporter
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -135,6 +138,30 @@ class Pipeline:
             "spill": spill,
             "open_sessions": open_sessions,
         }
+
+    def log_summary(self, status: BridgeStatus) -> None:
+        """The shutdown line: where spans went and every counter; WARNING if spans were dropped or failed,
+        or went to the fallback although RL-Insight was asked for by name, else INFO."""
+        counters = status["counters"]
+        preferred_unusable = self.rl_insight is not None and self.rl_insight.explicit and status["reason"] != "ok"
+        worrying = counters["dropped"] or counters["failed"] or (counters["fallback"] and preferred_unusable)
+        logger.log(
+            logging.WARNING if worrying else logging.INFO,
+            "verl_otel_bridge shut down: spans went to %s (%s); started=%d ended=%d exported=%s fallback=%d "
+            "spilled=%d sampled_out=%d dropped=%d failed=%d invalid=%d unaccounted=%d",
+            status["exporter"],
+            status["detail"],
+            counters["started"],
+            counters["ended"],
+            counters["exported"],
+            counters["fallback"],
+            counters["spilled"],
+            counters["sampled_out"],
+            counters["dropped"],
+            counters["failed"],
+            counters["invalid"],
+            balance(counters),
+        )
 
 
 #: The ``status()`` keys RL-Insight's exporter fills in (None when RL-Insight is not wanted).
