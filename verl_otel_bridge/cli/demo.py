@@ -168,9 +168,14 @@ def destinations(status: BridgeStatus, jsonl_path: str) -> str:
     said = [f"{status['exporter']} ({status['detail']})"]
     for name, entry in status["exporters"].items():
         if entry["role"] == "copy":
-            where = jsonl_path.replace("{pid}", str(os.getpid())) if name == "jsonl" else entry["endpoint"]
+            where = str(capture_path(jsonl_path)) if name == "jsonl" else entry["endpoint"]
             said.append(f"a copy to {name}" + (f" {where}" if where else ""))
     return "; ".join(said)
+
+
+def capture_path(jsonl_path: str) -> Path:
+    """The file the ``jsonl`` exporter of this process writes for ``jsonl_path``."""
+    return Path(jsonl_path.replace("{pid}", str(os.getpid()))).expanduser()
 
 
 def capture_config(directory: Path) -> BridgeConfig:
@@ -231,7 +236,7 @@ def main(output_dir: Path = OUTPUT_DIR) -> None:
     status = asyncio.run(run())
     with open(open_private_new(output_dir / STATUS_NAME, os.O_WRONLY), "w", encoding="utf-8") as out:
         out.write(json.dumps(status, indent=2, default=str) + "\n")
-    capture = Path(config.jsonl_path.replace("{pid}", str(os.getpid()))).expanduser()
+    capture = capture_path(config.jsonl_path)
     try:
         from rich.console import Console
 
@@ -245,6 +250,6 @@ def main(output_dir: Path = OUTPUT_DIR) -> None:
     for part in renderables(build_report([capture])):
         console.print(part)
     prefix, shown = command_prefix(), _relative(capture)
-    print(f"\nkept in {_relative(output_dir)}/: the capture, status.json; the report again, as text and as HTML:")
+    print(f"\nkept: {shown} and {_relative(output_dir / STATUS_NAME)}; the report again, as text and as HTML:")
     print(f"  {prefix} report {shown}")
     print(f"  {prefix} report {shown} --html {_relative(output_dir / 'report.html')}")
