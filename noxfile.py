@@ -186,6 +186,8 @@ from packaging.version import Version
 wrong = [pin for pin in sys.argv[1:] if Version(version(pin.split("==")[0])) != Version(pin.split("==")[1])]
 sys.exit(f"installed, but not the oldest allowed: {wrong}" if wrong else 0)
 """
+
+
 @nox.session(python=PYTHONS[0], tags=["unit"])
 def unit_oldest(session: nox.Session) -> None:
     """Unit tests on the oldest Python and the oldest ``opentelemetry-api``/``-sdk``/``packaging`` allowed."""
