@@ -14,6 +14,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -108,11 +110,19 @@ def _run_console(block: Block, directory: Path) -> str:
     return "".join(printed)
 
 
+@pytest.fixture
+def reader_dir() -> Iterator[Path]:
+    """An empty directory with a short path: Ray's sockets under its TMPDIR must fit 107 bytes."""
+    directory = Path(tempfile.mkdtemp(prefix="doc-block-"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.mark.parametrize("block", _runnable())
-def test_block_runs(block: Block, tmp_path: Path) -> None:
+def test_block_runs(block: Block, reader_dir: Path) -> None:
     for module in block.marks.get("needs", "").split():
         pytest.importorskip(module, reason=f"{block.id} needs {module}: it runs in {NEEDS_SESSION}")
-    run_block(block, tmp_path)
+    run_block(block, reader_dir)
 
 
 def test_every_block_says_what_it_is() -> None:

@@ -19,10 +19,10 @@ import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
 from verl_otel_bridge.export.spill import FROM_QUEUE
 
-from .helpers import WAIT_S, OtlpSink
+from .helpers import WAIT_S, OtlpSink, forks_on_purpose
 from .test_spill_files import Held, span
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork"), forks_on_purpose]
 
 CHILDREN = 3
 ROUNDS = 5
