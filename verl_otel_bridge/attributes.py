@@ -30,6 +30,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
+from opentelemetry.attributes import BoundedAttributes
+
 logger = logging.getLogger(__name__)
 
 Primitive: TypeAlias = str | bool | int | float
@@ -250,3 +252,30 @@ def attributes_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     copy = getattr(attributes, "copy", None)
     copied = copy() if callable(copy) else None
     return copied if isinstance(copied, dict) else dict(attributes)
+
+
+def set_clean_attributes(span: Any, attributes: Mapping[str, AttributeValue]) -> None:
+    """Set values that are valid OpenTelemetry attributes already (:func:`clean_attributes` output) on ``span``.
+
+    The SDK's ``set_attributes`` checks every value again, a type walk per value;
+    these need none, so they go into the span's attribute container whole, under the
+    span's and the container's locks, as ``set_attributes`` takes them. Only when that
+    changes nothing else: an SDK span that has not ended, no value length limit, room
+    for every key under the attribute count limit. Otherwise (and for spans of other
+    SDKs) through ``span.set_attributes``.
+    """
+    try:
+        bounded = span._attributes
+        if (
+            bounded.__class__ is BoundedAttributes
+            and bounded.max_value_len is None
+            and (bounded.maxlen is None or len(bounded._dict) + len(attributes) <= bounded.maxlen)
+        ):
+            with span._lock:
+                if span._end_time is None:
+                    with bounded._lock:
+                        bounded._dict.update(attributes)
+                    return
+    except AttributeError:  # not the SDK's span, or not this layout
+        pass
+    span.set_attributes(attributes)

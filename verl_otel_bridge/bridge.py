@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: ``start(name, clean_attributes, start_time=None)``: how the bridge starts its own spans.
+_StartSpan = Callable[..., Span]
 
 #: ``record_span`` times below this (about 11 days after the epoch, in ns) are
 #: almost certainly seconds or milliseconds passed by mistake.
@@ -88,16 +90,16 @@ class _SpanScope:
     One scope entered again inside itself makes one span per entry.
     """
 
-    __slots__ = ("_attributes", "_name", "_open", "_tracer")
+    __slots__ = ("_attributes", "_name", "_open", "_start")
 
-    def __init__(self, tracer: Tracer, name: str, attributes: Mapping[str, AttributeValue] | None) -> None:
-        self._tracer = tracer
+    def __init__(self, start: _StartSpan, name: str, attributes: Mapping[str, AttributeValue] | None) -> None:
+        self._start = start
         self._name = name
         self._attributes = attributes
         self._open: list[tuple[Span, SpanBlock]] = []
 
     def __enter__(self) -> Span:
-        span = self._tracer.start_span(self._name, attributes=self._attributes)
+        span = self._start(self._name, self._attributes)
         self._open.append((span, SpanBlock(span)))
         return span
 
@@ -152,6 +154,10 @@ class Bridge:
             self._provider.add_span_processor(self._processor)
             processors = (self._identity_processor, self._inflight, self._processor)
             self.tracer: Tracer = _own_tracer(self._provider, processors)
+            if self._owns_provider:
+                # The identity processor is first on the bridge's own provider: it takes each
+                # span's clean attributes and the identity whole.
+                self._start_span = functools.partial(self._identity_processor.start_span, self.tracer)
             self._inflight.bind(self.tracer)
         else:
             self.tracer = NoOpTracer()
@@ -238,9 +244,7 @@ class Bridge:
             max_length=self._max_attribute_length, on_convert=self._note_conversion, **fields
         )
         with using_identity(identity):  # so no enclosing session's identity is stamped over it
-            span = self.tracer.start_span(
-                SESSION_SPAN_NAME, attributes={**identity.attributes, **session_start_attributes(identity)}
-            )
+            span = self._start_span(SESSION_SPAN_NAME, {**identity.attributes, **session_start_attributes(identity)})
         return Session(identity, span, self)
 
     def span(self, name: str, /, **attributes: Any) -> Any:
@@ -254,7 +258,7 @@ class Bridge:
             return _NOOP_SPAN
         if name.__class__ is not str or not name:
             name = self._span_name(name)
-        return _SpanScope(self.tracer, name, self._with_identity(attributes))
+        return _SpanScope(self._start_span, name, self.clean_attributes(attributes) if attributes else None)
 
     @overload
     def traced(self, name: F, /) -> F: ...
@@ -330,7 +334,7 @@ class Bridge:
             return
         if name.__class__ is not str or not name:
             name = self._span_name(name)
-        span = self.tracer.start_span(name, start_time=int(start_time_ns), attributes=self._with_identity(attributes))
+        span = self._start_span(name, self.clean_attributes(attributes) if attributes else None, int(start_time_ns))
         span.end(end_time=int(end_time_ns))
 
     # -- lifecycle and status ------------------------------------------------
@@ -450,14 +454,15 @@ class Bridge:
             attributes, self._max_attribute_length, self._note_conversion, self.config.max_attribute_items
         )
 
-    def _with_identity(self, attributes: Mapping[Any, Any] | None) -> Mapping[str, AttributeValue] | None:
-        # Stamping the identity at creation costs one dict merge; the identity
-        # processor then sees it and skips its own (locked) set_attributes call.
-        clean = self.clean_attributes(attributes) if attributes else None
+    def _start_span(
+        self, name: str, attributes: Mapping[str, AttributeValue] | None, start_time: int | None = None
+    ) -> Span:
+        # On a provider the application owns, its processors may come before the bridge's:
+        # the span is created with the identity, as any span with its attributes.
         identity = current_identity()
-        if identity is None:
-            return clean
-        return {**clean, **identity.attributes} if clean else identity.attributes
+        if identity is not None:
+            attributes = {**attributes, **identity.attributes} if attributes else identity.attributes
+        return self.tracer.start_span(name, start_time=start_time, attributes=attributes)
 
     def note_bad_value(self, key: str, message: str, *args: object) -> None:
         """Count a value that had to be converted (``converted``), and log ``message`` once per ``key``."""

@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -54,23 +55,26 @@ def span_to_record(span: ReadableSpan) -> dict[str, Any]:
     }
 
 
+#: ``ReadableSpan`` fields whose reading builds something (a copy, a view): read only when not replaced.
+_BUILT_ON_READ = {name: attrgetter(name) for name in ("attributes", "events", "links", "resource")}
+
+
 def replace_span(span: ReadableSpan, **changes: Any) -> ReadableSpan:
     """A copy of ``span`` with some of ``ReadableSpan``'s constructor arguments replaced."""
     arguments: dict[str, Any] = {
         "name": span.name,
         "context": span.get_span_context(),
         "parent": span.parent,
-        "resource": span.resource,
-        "attributes": span.attributes,
-        "events": span.events,
-        "links": span.links,
         "kind": span.kind,
         "status": span.status,
         "start_time": span.start_time,
         "end_time": span.end_time,
         "instrumentation_scope": span.instrumentation_scope,
+        **changes,
     }
-    arguments.update(changes)
+    for name, read in _BUILT_ON_READ.items():
+        if name not in arguments:
+            arguments[name] = read(span)
     return ReadableSpan(**arguments)
 
 

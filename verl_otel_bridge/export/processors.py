@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import Span as OtelSpan
+from opentelemetry.trace import Tracer
 
 from verl_otel_bridge.accounting import DROPPED, FAILED, SpanCounts
+from verl_otel_bridge.attributes import AttributeValue, set_clean_attributes
 from verl_otel_bridge.export.queue import ExportQueue, QueueSettings
 from verl_otel_bridge.export.sampling import SessionSampler
 from verl_otel_bridge.export.spill import FROM_QUEUE, Spill
@@ -48,9 +51,15 @@ def _millis_left(deadline: float) -> int:
 
 
 def stamped(span: Span, identity: SessionIdentity) -> bool:
-    """Whether ``span`` was created with ``identity``'s attributes (the bridge's own spans are)."""
+    """Whether ``span`` was created with ``identity``'s attributes."""
     attributes = span.attributes
     return attributes is not None and attributes.get("state_lane_id") is identity.state_lane_id
+
+
+class _Handed(threading.local):
+    """The attributes :meth:`IdentitySpanProcessor.start_span` hands to ``on_start``, per thread."""
+
+    attributes: Mapping[str, AttributeValue] | None = None
 
 
 class IdentitySpanProcessor(SpanProcessor):
@@ -58,17 +67,43 @@ class IdentitySpanProcessor(SpanProcessor):
 
     Works for spans from any tracer on the provider, so plain
     ``tracer.start_as_current_span`` calls and other instrumented libraries get
-    the identity too. After :meth:`shutdown` it does nothing (the SDK cannot
-    remove a processor from a provider the application keeps using).
+    the identity too. The identity's attributes were converted once per session,
+    so they are put on each span whole (:func:`set_clean_attributes`). After
+    :meth:`shutdown` it stamps nothing (the SDK cannot remove a processor from a
+    provider the application keeps using).
     """
 
     def __init__(self) -> None:
         self._active = True
+        self._handed = _Handed()
+
+    def start_span(
+        self, tracer: Tracer, name: str, attributes: Mapping[str, AttributeValue] | None, start_time: int | None = None
+    ) -> OtelSpan:
+        """``tracer.start_span(name)`` whose span gets ``attributes`` (already clean, e.g. from
+        :func:`~verl_otel_bridge.attributes.clean_attributes`) and then the identity, in :meth:`on_start`.
+
+        The SDK does not check either again. Only for a provider this processor comes
+        first on: processors before it would see the span without attributes, and so
+        does the sampler.
+        """
+        handed = self._handed
+        handed.attributes = attributes
+        try:
+            return tracer.start_span(name, start_time=start_time)
+        finally:
+            handed.attributes = None
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        handed = self._handed
+        own = handed.attributes
+        if own is not None:
+            handed.attributes = None
+            if own:
+                set_clean_attributes(span, own)
         identity = current_identity()
-        if identity is not None and self._active and not stamped(span, identity):
-            span.set_attributes(identity.attributes)
+        if identity is not None and self._active and (own is not None or not stamped(span, identity)):
+            set_clean_attributes(span, identity.attributes)
 
     def on_end(self, span: ReadableSpan) -> None:
         pass
