@@ -138,6 +138,7 @@ class Bridge:
         self._identity_processor = IdentitySpanProcessor()
         self._inflight = InflightSessions(self.counts, self.config.progress_interval_s, self.config.straggler_factor)
         self._provider: TracerProvider | None = None
+        self._start_span: _StartSpan = self._start_stamped
         self._closed = False
         self._closing_thread: threading.Thread | None = None
         self._shut_down = threading.Event()
@@ -454,7 +455,7 @@ class Bridge:
             attributes, self._max_attribute_length, self._note_conversion, self.config.max_attribute_items
         )
 
-    def _start_span(
+    def _start_stamped(
         self, name: str, attributes: Mapping[str, AttributeValue] | None, start_time: int | None = None
     ) -> Span:
         # On a provider the application owns, its processors may come before the bridge's:

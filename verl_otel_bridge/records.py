@@ -28,6 +28,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from verl_otel_bridge.attributes import attributes_dict, span_attributes
+
 _HEX = re.compile(r"[0-9a-f]+")
 
 
@@ -45,7 +47,7 @@ def span_to_record(span: ReadableSpan) -> dict[str, Any]:
         "end_time_ns": span.end_time,
         "kind": span.kind.name,
         "status": {"code": status.status_code.name, "description": status.description},
-        "attributes": _plain(span.attributes),
+        "attributes": _plain(span_attributes(span)),
         "events": [
             {"name": event.name, "time_ns": event.timestamp, "attributes": _plain(event.attributes)}
             for event in span.events
@@ -81,6 +83,8 @@ def replace_span(span: ReadableSpan, **changes: Any) -> ReadableSpan:
 def _plain(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     if not attributes:
         return {}
+    if attributes.__class__ is not dict:  # the SDK's attribute container answers each item with a Python call
+        attributes = attributes_dict(attributes)
     return {key: list(value) if isinstance(value, tuple) else value for key, value in attributes.items()}
 
 

@@ -15,6 +15,7 @@ from opentelemetry.trace import Tracer
 
 from verl_otel_bridge.accounting import DROPPED, FAILED, SpanCounts
 from verl_otel_bridge.attributes import AttributeValue, set_clean_attributes
+from verl_otel_bridge.export.budget import span_size
 from verl_otel_bridge.export.queue import ExportQueue, QueueSettings
 from verl_otel_bridge.export.sampling import SessionSampler
 from verl_otel_bridge.export.spill import FROM_QUEUE, Spill
@@ -99,11 +100,14 @@ class IdentitySpanProcessor(SpanProcessor):
         own = handed.attributes
         if own is not None:
             handed.attributes = None
+        identity = current_identity() if self._active else None
+        if identity is not None and (own is not None or not stamped(span, identity)):
             if own:
-                set_clean_attributes(span, own)
-        identity = current_identity()
-        if identity is not None and self._active and (own is not None or not stamped(span, identity)):
-            set_clean_attributes(span, identity.attributes)
+                set_clean_attributes(span, own, identity.attributes)
+            else:
+                set_clean_attributes(span, identity.attributes)
+        elif own:
+            set_clean_attributes(span, own)
 
     def on_end(self, span: ReadableSpan) -> None:
         pass
@@ -163,10 +167,11 @@ class ExportSpanProcessor(SpanProcessor):
                 self.export_batch(spans)
             return
         for span in spans:
-            if self.queue.put(span):
+            size = span_size(span)  # once: the spill takes what the queue refuses at the same size
+            if self.queue.put(span, size):
                 continue
             if self.spill is not None:
-                self.spill.offer(span)
+                self.spill.offer(span, size)
             else:
                 self.counts.add(DROPPED)
 

@@ -43,7 +43,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from verl_otel_bridge.attributes import attributes_dict
+from verl_otel_bridge.attributes import attributes_dict, span_attributes
 from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out_reader
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.protocol import (
@@ -354,7 +354,7 @@ def generic_span(
     from the ``memory`` exporter or ``SpanCapture`` to see what ``otlp`` sends:
     ``[generic_span(s) for s in capture.spans]``.
     """
-    attributes = attributes_dict(span.attributes)
+    attributes = span_attributes(span)
     resource = span.resource
     wanted = attributes.get("project") or project
     if wanted and (resource is None or PROJECT_RESOURCE not in resource.attributes):
