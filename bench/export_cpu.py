@@ -8,7 +8,7 @@ until the exporter holds all of them, divided by the spans. Exporters ``none``,
 receiver in a process of its own, as a collector would be; its CPU is not counted).
 Rounds alternate the exporters, a fresh bridge each, and the medians are reported.
 
-    python bench/export_cpu.py [--spans 40000] [--rounds 3] [--json OUT]
+    python bench/export_cpu.py [--spans 40000] [--rounds 3] [--json OUT] [--smoke]
 """
 
 from __future__ import annotations
@@ -104,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spans", type=int, default=40_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--smoke", action="store_true", help="800 spans, one round: checks the harness")
     args = parser.parse_args(argv)
-    results = measure(args.spans, args.rounds)
+    results = measure(800, 1) if args.smoke else measure(args.spans, args.rounds)
     for name, result in results.items():
         print(
             f"{name:6} {result['cpu_us_per_span']:7.1f} µs CPU/span (rounds {result['cpu_us_per_span_rounds']}), "
