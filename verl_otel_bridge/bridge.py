@@ -37,7 +37,7 @@ from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, task_span, turn_
 from verl_otel_bridge.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export.pipeline import Pipeline, build_pipeline
-from verl_otel_bridge.export.processors import ExportSpanProcessor, IdentitySpanProcessor
+from verl_otel_bridge.export.processors import BridgeSpanProcessors, ExportSpanProcessor, IdentitySpanProcessor
 from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.identity import IdentityFields, SessionIdentity, current_identity, using_identity
@@ -133,6 +133,8 @@ class Bridge:
         self.counts = SpanCounts()
         self._once = OnceLogger(logger)
         self._max_attribute_length = self.config.max_attribute_length
+        self._max_attribute_items = self.config.max_attribute_items
+        self._on_convert = self._note_conversion  # bound once: spans convert their attributes with it
         self._pipeline: Pipeline | None = None
         self._processor: ExportSpanProcessor | None = None
         self._identity_processor = IdentitySpanProcessor()
@@ -150,10 +152,8 @@ class Bridge:
             self._provider = provider or TracerProvider(
                 resource=Resource.create({"service.name": self.config.service_name}), shutdown_on_exit=False
             )
-            self._provider.add_span_processor(self._identity_processor)
-            self._provider.add_span_processor(self._inflight)
-            self._provider.add_span_processor(self._processor)
-            processors = (self._identity_processor, self._inflight, self._processor)
+            processors = BridgeSpanProcessors(self._identity_processor, self._inflight, self._processor)
+            self._provider.add_span_processor(processors)
             self.tracer: Tracer = _own_tracer(self._provider, processors)
             if self._owns_provider:
                 # The identity processor is first on the bridge's own provider: it takes each
@@ -451,9 +451,7 @@ class Bridge:
 
     def clean_attributes(self, attributes: Mapping[Any, Any]) -> dict[str, AttributeValue]:
         """``attributes`` converted as this bridge's spans convert them (see :mod:`verl_otel_bridge.attributes`)."""
-        return clean_attributes(
-            attributes, self._max_attribute_length, self._note_conversion, self.config.max_attribute_items
-        )
+        return clean_attributes(attributes, self._max_attribute_length, self._on_convert, self._max_attribute_items)
 
     def _start_stamped(
         self, name: str, attributes: Mapping[str, AttributeValue] | None, start_time: int | None = None
@@ -532,7 +530,7 @@ def record_error(span: Span, exc: BaseException) -> None:
     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"))
 
 
-def _own_tracer(provider: TracerProvider, processors: tuple[SpanProcessor, ...]) -> Tracer:
+def _own_tracer(provider: TracerProvider, processors: SpanProcessor) -> Tracer:
     """The bridge's tracer on ``provider``, also when ``OTEL_SDK_DISABLED`` made it hand out no-op tracers.
 
     The SDK reads that variable by itself; the config already did, and ``enabled=True``
@@ -544,8 +542,7 @@ def _own_tracer(provider: TracerProvider, processors: tuple[SpanProcessor, ...])
     if not isinstance(tracer, NoOpTracer):
         return tracer
     chain = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
-    for processor in processors:
-        chain.add_span_processor(processor)
+    chain.add_span_processor(processors)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the constructor still wants an InstrumentationInfo
         info = InstrumentationInfo("verl_otel_bridge", __version__)

@@ -231,3 +231,37 @@ class ExportSpanProcessor(SpanProcessor):
             return True
 
         within(deadline, finish, "shutdown")
+
+
+class BridgeSpanProcessors(SpanProcessor):
+    """The bridge's processors as one on the provider: identity stamping, ``inflight``, then export.
+
+    The SDK calls every processor it holds at each span start, end and ending in a
+    loop of its own; as one processor, a span costs one such call per event and the
+    processors that do nothing there (identity at the end, every ``_on_ending``) are
+    not called at all.
+    """
+
+    def __init__(self, identity: IdentitySpanProcessor, inflight: SpanProcessor, export: ExportSpanProcessor) -> None:
+        self.identity = identity
+        self.inflight = inflight
+        self.export = export
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.identity.on_start(span, parent_context)
+        self.inflight.on_start(span, parent_context)
+        self.export.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.inflight.on_end(span)
+        self.export.on_end(span)
+
+    def shutdown(self) -> None:
+        for processor in (self.identity, self.inflight, self.export):
+            processor.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        deadline = time.monotonic() + timeout_millis / 1000
+        return all(
+            [processor.force_flush(_millis_left(deadline)) for processor in (self.identity, self.inflight, self.export)]
+        )
