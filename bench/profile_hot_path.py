@@ -91,6 +91,7 @@ def pieces_view(number: int) -> None:
     from opentelemetry.sdk.trace import TracerProvider
 
     from verl_otel_bridge import Bridge, BridgeConfig
+    from verl_otel_bridge.attributes import set_clean_attributes
     from verl_otel_bridge.export.processors import stamped
     from verl_otel_bridge.identity import current_identity
 
@@ -108,24 +109,23 @@ def pieces_view(number: int) -> None:
         assert identity is not None
         with bridge.span("probe") as probe_span:
             span = probe_span
-        processors = bridge._provider._active_span_processor._span_processors  # type: ignore[union-attr]
+        live = bare.start_span("live")
+        own = bridge.clean_attributes({"turn": 3, "type": "generate", "prompt_tokens": 512, "bench_tag": "x"})
         export = bridge._processor
         best(
             lambda: {**identity_attrs, "turn": 3, "type": "generate", "prompt_tokens": 512, "bench_tag": "x"},
             "a: caller builds the 13-key attribute dict",
         )
         best(
-            lambda: bridge._with_identity({"turn": 3, "type": "generate", "prompt_tokens": 512, "bench_tag": "x"}),
-            "b: kwargs dict + clean_attributes + identity merge (Bridge._with_identity)",
-        )
-        best(
             lambda: bridge.clean_attributes({"turn": 3, "type": "generate", "prompt_tokens": 512, "bench_tag": "x"}),
-            "b:   of which clean_attributes (4 keys)",
+            "b: kwargs dict + clean_attributes (4 keys)",
         )
-        best(current_identity, "b:   of which current_identity()")
-        best(lambda: stamped(span, identity), "b: IdentitySpanProcessor: stamped() check")
-        best(lambda: processors[0].on_start(span), "b: IdentitySpanProcessor.on_start (skips)")
-        best(lambda: processors[0].on_end(span), "b: IdentitySpanProcessor.on_end (no-op call)")
+        best(current_identity, "b: current_identity()")
+        best(
+            lambda: set_clean_attributes(live, own, identity.attributes),
+            "b: IdentitySpanProcessor.on_start's hand-off: 4 + 9 clean attributes set whole",
+        )
+        best(lambda: stamped(span, identity), "b: stamped() check (spans of other tracers)")
         best(lambda: export.on_start(span), "b: ExportSpanProcessor.on_start (lock-free count)")
         best(lambda: export.export_batch([span]), "b: inline export: list + CountingSpanExporter + discard + count")
         token = context_api.attach(trace_api.set_span_in_context(span))

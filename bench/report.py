@@ -26,13 +26,15 @@ SHORT = {
     "e_hub": "e_hub bridge -> RL-Insight (hub)",
 }
 
-TARGET_B_OVER_A = 1.15
+TARGET_B_OVER_A = 0.75
 TARGET_C_US = 1.0
 TARGET_E_OVER_D = 0.25
 TARGET_RATE = 0.9
 TARGET_MEMORY_MB = 50.0
 #: The otlp transport against the hub path, both through the bridge: the speed-up that makes it the default.
 TARGET_OTLP_OVER_HUB = 10.0
+#: Whole-process CPU per span in the agent-loop pattern (bench/export_cpu.py), µs, by exporter.
+TARGET_EXPORT_CPU_US = {"otlp": 60.0, "jsonl": 50.0}
 
 
 def _ratio(results: dict[str, Any], num: str, den: str) -> dict[str, Any] | None:
@@ -186,6 +188,19 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{v['e_hub'][measure]['median_rate_per_s']:,.0f} spans/s; per round (measured back to back) "
                 f"median {ratio['paired_round_median']:.2f}, range {ratio['paired_round_range'][0]:.2f}-"
                 f"{ratio['paired_round_range'][1]:.2f}; lost {lost}",
+            )
+    export_cpu = results.get("export_cpu") or {}
+    for exporter, limit in TARGET_EXPORT_CPU_US.items():
+        if exporter in export_cpu:
+            measured = export_cpu[exporter]
+            add(
+                f"whole-process CPU per span, exporter {exporter}, sessions of 8 spans (bench/export_cpu.py)",
+                f"<= {limit:.0f} us",
+                round(measured["cpu_us_per_span"], 1),
+                measured["cpu_us_per_span"] <= limit,
+                f"median of {measured['rounds']} rounds of {measured['spans']:,} spans "
+                f"({', '.join(map(str, measured['cpu_us_per_span_rounds']))}); exporter none "
+                f"{export_cpu['none']['cpu_us_per_span']:.1f} us",
             )
     memory = results.get("memory")
     if memory:
@@ -349,6 +364,28 @@ def _memory_text(results: dict[str, Any]) -> str:
     )
 
 
+def _export_cpu_text(results: dict[str, Any]) -> str:
+    export_cpu = results.get("export_cpu") or {}
+    if "error" in export_cpu or not export_cpu:
+        return f"_not measured: {export_cpu.get('error', 'skipped')}_"
+    rows = [
+        "| exporter | CPU µs per span (median) | per round | wall µs per span | spans per round |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for exporter, measured in export_cpu.items():
+        rows.append(
+            f"| `{exporter}` | {measured['cpu_us_per_span']:.1f} | "
+            f"{', '.join(map(str, measured['cpu_us_per_span_rounds']))} | {measured['wall_us_per_span']:.1f} | "
+            f"{measured['spans']:,} |"
+        )
+    return (
+        "Sessions of 8 spans (session, task, six turns with their details) made back to back, then flushed; "
+        "the process's CPU time (caller and every bridge thread) until the exporter holds them all, divided by "
+        "the spans. `otlp` sends to a receiver in another process. A fresh bridge per round, exporters "
+        "alternating.\n\n" + "\n".join(rows)
+    )
+
+
 def _machine_text(results: dict[str, Any]) -> str:
     meta = results["meta"]
     m = meta["machine"]
@@ -423,6 +460,10 @@ def section(results: dict[str, Any], chart_name: str) -> str:
             "### Memory (f)",
             "",
             _memory_text(results),
+            "",
+            "### Whole-process CPU per span, by exporter",
+            "",
+            _export_cpu_text(results),
             "",
             END,
         ]

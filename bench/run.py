@@ -1019,24 +1019,34 @@ def run_phase_subprocess(phase: str, args: argparse.Namespace, timeout_s: float)
 
 def run_noloss(smoke: bool) -> dict[str, Any]:
     """``bench/noloss.py`` (bursts, spill, sampling) in a fresh interpreter; its results, or the error."""
+    return run_script("noloss.py", smoke, timeout_s=300 if smoke else 1200)
+
+
+def run_export_cpu(smoke: bool) -> dict[str, Any]:
+    """``bench/export_cpu.py`` (whole-process CPU per span, per exporter) in a fresh interpreter."""
+    return run_script("export_cpu.py", smoke, timeout_s=300 if smoke else 1200)
+
+
+def run_script(name: str, smoke: bool, timeout_s: float) -> dict[str, Any]:
+    """``bench/<name> --json OUT [--smoke]`` in a fresh interpreter, no bridge settings in its environment."""
     with tempfile.TemporaryDirectory(prefix="vob-bench-") as tmp:
-        out = Path(tmp) / "noloss.json"
-        cmd = [sys.executable, str(Path(__file__).resolve().with_name("noloss.py")), "--json", str(out)]
+        out = Path(tmp) / "out.json"
+        cmd = [sys.executable, str(Path(__file__).resolve().with_name(name)), "--json", str(out)]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_BRIDGE_"))}
         try:
             proc = subprocess.run(
                 [*cmd, *(["--smoke"] if smoke else [])],
                 capture_output=True,
                 text=True,
-                timeout=300 if smoke else 1200,
+                timeout=timeout_s,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:
-            return {"error": "bench/noloss.py timed out", "stderr": _tail(exc.stderr)}
+            return {"error": f"bench/{name} timed out", "stderr": _tail(exc.stderr)}
         if proc.returncode != 0 or not out.is_file():
-            return {"error": f"bench/noloss.py exited {proc.returncode}", "stderr": _tail(proc.stderr)}
+            return {"error": f"bench/{name} exited {proc.returncode}", "stderr": _tail(proc.stderr)}
         result: dict[str, Any] = json.loads(out.read_text())
         return result
 
@@ -1132,6 +1142,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print("bursts, spill and sampling (bench/noloss.py) in a subprocess ...", file=sys.stderr, flush=True)
     results["noloss"] = run_noloss(args.smoke)
+    print(
+        "whole-process CPU per span by exporter (bench/export_cpu.py) in a subprocess ...", file=sys.stderr, flush=True
+    )
+    results["export_cpu"] = run_export_cpu(args.smoke)
 
     results["meta"]["machine"]["load_average_end"] = list(os.getloadavg())
     results["meta"]["seconds"] = round(time.monotonic() - began, 1)

@@ -10,13 +10,13 @@ reads well in other backends. ``docs/protocol.md`` lists every attribute.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from opentelemetry.trace import Span, Status, StatusCode
 
-from verl_otel_bridge.attributes import AttributeValue, to_json, to_text
+from verl_otel_bridge.attributes import AttributeValue, set_clean_attributes, to_json, to_text
 from verl_otel_bridge.identity import current_identity
 from verl_otel_bridge.protocol import (
     ACCURACY,
@@ -73,7 +73,7 @@ class _Handle:
         self._clean = clean
 
     def _set(self, values: Mapping[str, Any]) -> None:
-        self.span.set_attributes(self._clean({k: v for k, v in values.items() if v is not None}))
+        set_clean_attributes(self.span, self._clean({k: v for k, v in values.items() if v is not None}))
 
 
 class TaskHandle(_Handle):
@@ -156,40 +156,77 @@ class TurnHandle(_Handle):
         self._set(values)
 
 
-@contextmanager
-def task_span(bridge: SpanSource, name: str, attributes: Mapping[str, Any]) -> Iterator[TaskHandle]:
+class _TaskScope:
+    """An ``agent_task`` span as one small class (no generator): the span starts on enter."""
+
+    __slots__ = ("_attributes", "_bridge", "_handle", "_name", "_scope")
+
+    def __init__(self, bridge: SpanSource, name: str, attributes: Mapping[str, Any]) -> None:
+        self._bridge = bridge
+        self._name = name
+        self._attributes = attributes
+
+    def __enter__(self) -> TaskHandle:
+        task_name = to_text(self._name)
+        base = {
+            TRACE_SOURCE: TASK_SOURCE,
+            TASK_NAME: task_name,
+            GEN_AI_OPERATION: INVOKE_AGENT,
+            GEN_AI_AGENT_NAME: task_name,
+            **_conversation(),
+        }
+        # The keys that make it a task for the dashboard are the bridge's; the caller's attributes cannot replace them.
+        self._scope = self._bridge.span(
+            TASK_SPAN_NAME, **{**base, **self._attributes, TRACE_SOURCE: TASK_SOURCE, TASK_NAME: task_name}
+        )
+        self._handle = TaskHandle(self._scope.__enter__(), self._bridge.clean_attributes)
+        return self._handle
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
+        if exc is not None:
+            self._handle.set_result(status="error", error=exc)
+        return self._scope.__exit__(exc_type, exc, tb)
+
+
+class _TurnScope:
+    """An ``agent_turn`` span as one small class (no generator): the span starts on enter."""
+
+    __slots__ = ("_attributes", "_bridge", "_scope", "_turn", "_type")
+
+    def __init__(self, bridge: SpanSource, turn: Any, turn_type: str, attributes: Mapping[str, Any]) -> None:
+        self._bridge = bridge
+        self._turn = turn
+        self._type = turn_type
+        self._attributes = attributes
+
+    def __enter__(self) -> TurnHandle:
+        turn, turn_type = _turn_number(self._bridge, self._turn), self._type
+        base = {
+            TURN: turn,
+            TURN_TYPE: turn_type,
+            GEN_AI_OPERATION: TURN_OPERATIONS.get(turn_type, turn_type),
+            **_conversation(),
+        }
+        # As for tasks: the integer turn and its type come from the arguments, never from the attributes.
+        self._scope = self._bridge.span(
+            TURN_SPAN_NAME, **{**base, **self._attributes, TURN: turn, TURN_TYPE: turn_type}
+        )
+        return TurnHandle(self._scope.__enter__(), self._bridge.clean_attributes)
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
+        return self._scope.__exit__(exc_type, exc, tb)
+
+
+def task_span(bridge: SpanSource, name: str, attributes: Mapping[str, Any]) -> AbstractContextManager[TaskHandle]:
     """An ``agent_task`` span; an exception sets ``status="error"`` and ``error``, then propagates."""
-    base = {
-        TRACE_SOURCE: TASK_SOURCE,
-        TASK_NAME: to_text(name),
-        GEN_AI_OPERATION: INVOKE_AGENT,
-        GEN_AI_AGENT_NAME: to_text(name),
-        **_conversation(),
-    }
-    # The keys that make it a task for the dashboard are the bridge's; the caller's attributes cannot replace them.
-    with bridge.span(
-        TASK_SPAN_NAME, **{**base, **attributes, TRACE_SOURCE: TASK_SOURCE, TASK_NAME: base[TASK_NAME]}
-    ) as span:
-        handle = TaskHandle(span, bridge.clean_attributes)
-        try:
-            yield handle
-        except BaseException as exc:
-            handle.set_result(status="error", error=exc)
-            raise
+    return _TaskScope(bridge, name, attributes)
 
 
-@contextmanager
-def turn_span(bridge: SpanSource, turn: Any, turn_type: str, attributes: Mapping[str, Any]) -> Iterator[TurnHandle]:
+def turn_span(
+    bridge: SpanSource, turn: Any, turn_type: str, attributes: Mapping[str, Any]
+) -> AbstractContextManager[TurnHandle]:
     """An ``agent_turn`` span with an integer ``turn`` (the dashboard compares it as a number)."""
-    base = {
-        TURN: _turn_number(bridge, turn),
-        TURN_TYPE: turn_type,
-        GEN_AI_OPERATION: TURN_OPERATIONS.get(turn_type, turn_type),
-        **_conversation(),
-    }
-    # As for tasks: the integer turn and its type come from the arguments, never from the attributes.
-    with bridge.span(TURN_SPAN_NAME, **{**base, **attributes, TURN: base[TURN], TURN_TYPE: turn_type}) as span:
-        yield TurnHandle(span, bridge.clean_attributes)
+    return _TurnScope(bridge, turn, turn_type, attributes)
 
 
 def _conversation() -> dict[str, str]:

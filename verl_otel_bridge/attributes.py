@@ -30,6 +30,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
+from opentelemetry.attributes import BoundedAttributes
+
 logger = logging.getLogger(__name__)
 
 Primitive: TypeAlias = str | bool | int | float
@@ -250,3 +252,57 @@ def attributes_dict(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     copy = getattr(attributes, "copy", None)
     copied = copy() if callable(copy) else None
     return copied if isinstance(copied, dict) else dict(attributes)
+
+
+def span_attributes(span: Any) -> dict[str, Any]:
+    """A plain dict copy of an SDK span's attributes, from its attribute container directly.
+
+    ``span.attributes`` wraps the container in a read-only view on each read; for a
+    span of another SDK (or another layout) this is :func:`attributes_dict` of it.
+    """
+    try:
+        held = span._attributes
+        if held.__class__ is BoundedAttributes:
+            return held._dict.copy()
+        if held.__class__ is dict:  # a ReadableSpan made from a dict (an exporter's translated copy)
+            return held.copy()
+    except AttributeError:
+        pass
+    return attributes_dict(span.attributes)
+
+
+def span_events(span: Any) -> Sequence[Any]:
+    """An SDK span's events without the tuple ``span.events`` builds on each read (another SDK's: ``span.events``)."""
+    try:
+        return span._events  # type: ignore[no-any-return]
+    except AttributeError:
+        return span.events  # type: ignore[no-any-return]
+
+
+def set_clean_attributes(span: Any, *parts: Mapping[str, AttributeValue]) -> None:
+    """Set values that are valid OpenTelemetry attributes already (:func:`clean_attributes` output) on ``span``.
+
+    ``parts`` are set in order (a later one's keys win). The SDK's ``set_attributes``
+    checks every value again, a type walk per value; these need none, so they go into
+    the span's attribute container whole, under the span's and the container's locks,
+    as ``set_attributes`` takes them. Only when that changes nothing else: an SDK span
+    that has not ended, no value length limit, room for every key under the attribute
+    count limit. Otherwise (and for spans of other SDKs) through ``span.set_attributes``.
+    """
+    try:
+        bounded = span._attributes
+        if (
+            bounded.__class__ is BoundedAttributes
+            and bounded.max_value_len is None
+            and (bounded.maxlen is None or len(bounded._dict) + sum(map(len, parts)) <= bounded.maxlen)
+        ):
+            with span._lock:
+                if span._end_time is None:
+                    with bounded._lock:
+                        for part in parts:
+                            bounded._dict.update(part)
+                    return
+    except AttributeError:  # not the SDK's span, or not this layout
+        pass
+    for part in parts:
+        span.set_attributes(part)

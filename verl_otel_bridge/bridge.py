@@ -37,7 +37,7 @@ from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, task_span, turn_
 from verl_otel_bridge.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.export.pipeline import Pipeline, build_pipeline, disabled_status
-from verl_otel_bridge.export.processors import ExportSpanProcessor, IdentitySpanProcessor
+from verl_otel_bridge.export.processors import BridgeSpanProcessors, ExportSpanProcessor, IdentitySpanProcessor
 from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.identity import IdentityFields, SessionIdentity, current_identity, using_identity
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: ``start(name, clean_attributes, start_time=None)``: how the bridge starts its own spans.
+_StartSpan = Callable[..., Span]
 
 #: ``record_span`` times below this (about 11 days after the epoch, in ns) are
 #: almost certainly seconds or milliseconds passed by mistake.
@@ -89,16 +91,16 @@ class _SpanScope:
     One scope entered again inside itself makes one span per entry.
     """
 
-    __slots__ = ("_attributes", "_name", "_open", "_tracer")
+    __slots__ = ("_attributes", "_name", "_open", "_start")
 
-    def __init__(self, tracer: Tracer, name: str, attributes: Mapping[str, AttributeValue] | None) -> None:
-        self._tracer = tracer
+    def __init__(self, start: _StartSpan, name: str, attributes: Mapping[str, AttributeValue] | None) -> None:
+        self._start = start
         self._name = name
         self._attributes = attributes
         self._open: list[tuple[Span, SpanBlock]] = []
 
     def __enter__(self) -> Span:
-        span = self._tracer.start_span(self._name, attributes=self._attributes)
+        span = self._start(self._name, self._attributes)
         self._open.append((span, SpanBlock(span)))
         return span
 
@@ -132,11 +134,14 @@ class Bridge:
         self.counts = SpanCounts()
         self._once = OnceLogger(logger)
         self._max_attribute_length = self.config.max_attribute_length
+        self._max_attribute_items = self.config.max_attribute_items
+        self._on_convert = self._note_conversion  # bound once: spans convert their attributes with it
         self._pipeline: Pipeline | None = None
         self._processor: ExportSpanProcessor | None = None
         self._identity_processor = IdentitySpanProcessor()
         self._inflight = InflightSessions(self.counts, self.config.progress_interval_s, self.config.straggler_factor)
         self._provider: TracerProvider | None = None
+        self._start_span: _StartSpan = self._start_stamped
         self._closed = False
         self._closing_thread: threading.Thread | None = None
         self._shut_down = threading.Event()
@@ -146,11 +151,13 @@ class Bridge:
             self._provider = provider or TracerProvider(
                 resource=Resource.create({"service.name": self.config.service_name}), shutdown_on_exit=False
             )
-            self._provider.add_span_processor(self._identity_processor)
-            self._provider.add_span_processor(self._inflight)
-            self._provider.add_span_processor(self._processor)
-            processors = (self._identity_processor, self._inflight, self._processor)
+            processors = BridgeSpanProcessors(self._identity_processor, self._inflight, self._processor)
+            self._provider.add_span_processor(processors)
             self.tracer: Tracer = _own_tracer(self._provider, processors)
+            if self._owns_provider:
+                # The identity processor is first on the bridge's own provider: it takes each
+                # span's clean attributes and the identity whole.
+                self._start_span = functools.partial(self._identity_processor.start_span, self.tracer)
             self._inflight.bind(self.tracer)
         else:
             self.tracer = NoOpTracer()
@@ -237,9 +244,7 @@ class Bridge:
             max_length=self._max_attribute_length, on_convert=self._note_conversion, **fields
         )
         with using_identity(identity):  # so no enclosing session's identity is stamped over it
-            span = self.tracer.start_span(
-                SESSION_SPAN_NAME, attributes={**identity.attributes, **session_start_attributes(identity)}
-            )
+            span = self._start_span(SESSION_SPAN_NAME, {**identity.attributes, **session_start_attributes(identity)})
         return Session(identity, span, self)
 
     def span(self, name: str, /, **attributes: Any) -> AbstractContextManager[Span]:
@@ -253,7 +258,7 @@ class Bridge:
             return _NOOP_SPAN
         if name.__class__ is not str or not name:
             name = self._span_name(name)
-        return _SpanScope(self.tracer, name, self._with_identity(attributes))
+        return _SpanScope(self._start_span, name, self.clean_attributes(attributes) if attributes else None)
 
     @overload
     def traced(self, name: F, /) -> F: ...
@@ -329,7 +334,7 @@ class Bridge:
             return
         if name.__class__ is not str or not name:
             name = self._span_name(name)
-        span = self.tracer.start_span(name, start_time=int(start_time_ns), attributes=self._with_identity(attributes))
+        span = self._start_span(name, self.clean_attributes(attributes) if attributes else None, int(start_time_ns))
         span.end(end_time=int(end_time_ns))
 
     # -- lifecycle and status ------------------------------------------------
@@ -415,18 +420,17 @@ class Bridge:
 
     def clean_attributes(self, attributes: Mapping[Any, Any]) -> dict[str, AttributeValue]:
         """``attributes`` converted as this bridge's spans convert them (see :mod:`verl_otel_bridge.attributes`)."""
-        return clean_attributes(
-            attributes, self._max_attribute_length, self._note_conversion, self.config.max_attribute_items
-        )
+        return clean_attributes(attributes, self._max_attribute_length, self._on_convert, self._max_attribute_items)
 
-    def _with_identity(self, attributes: Mapping[Any, Any] | None) -> Mapping[str, AttributeValue] | None:
-        # Stamping the identity at creation costs one dict merge; the identity
-        # processor then sees it and skips its own (locked) set_attributes call.
-        clean = self.clean_attributes(attributes) if attributes else None
+    def _start_stamped(
+        self, name: str, attributes: Mapping[str, AttributeValue] | None, start_time: int | None = None
+    ) -> Span:
+        # On a provider the application owns, its processors may come before the bridge's:
+        # the span is created with the identity, as any span with its attributes.
         identity = current_identity()
-        if identity is None:
-            return clean
-        return {**clean, **identity.attributes} if clean else identity.attributes
+        if identity is not None:
+            attributes = {**attributes, **identity.attributes} if attributes else identity.attributes
+        return self.tracer.start_span(name, start_time=start_time, attributes=attributes)
 
     def note_bad_value(self, key: str, message: str, *args: object) -> None:
         """Count a value that had to be converted (``converted``), and log ``message`` once per ``key``."""
@@ -471,7 +475,7 @@ def record_error(span: Span, exc: BaseException) -> None:
     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"))
 
 
-def _own_tracer(provider: TracerProvider, processors: tuple[SpanProcessor, ...]) -> Tracer:
+def _own_tracer(provider: TracerProvider, processors: SpanProcessor) -> Tracer:
     """The bridge's tracer on ``provider``, also when ``OTEL_SDK_DISABLED`` made it hand out no-op tracers.
 
     The SDK reads that variable by itself; the config already did, and ``enabled=True``
@@ -483,8 +487,7 @@ def _own_tracer(provider: TracerProvider, processors: tuple[SpanProcessor, ...])
     if not isinstance(tracer, NoOpTracer):
         return tracer
     chain = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
-    for processor in processors:
-        chain.add_span_processor(processor)
+    chain.add_span_processor(processors)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the constructor still wants an InstrumentationInfo
         info = InstrumentationInfo("verl_otel_bridge", __version__)

@@ -15,7 +15,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from verl_otel_bridge.attributes import clean_attributes
+from verl_otel_bridge.attributes import clean_attributes, set_clean_attributes
 from verl_otel_bridge.current import current_bridge
 from verl_otel_bridge.protocol import INPUT, OUTPUT
 
@@ -30,4 +30,6 @@ def record_io(*, input: Any = None, output: Any = None, span: Span | None = None
     values = {key: value for key, value in ((INPUT, input), (OUTPUT, output)) if value is not None}
     if values and target.is_recording():
         bridge = current_bridge()  # its conversion settings; no bridge is built for this
-        target.set_attributes(bridge.clean_attributes(values) if bridge is not None else clean_attributes(values))
+        set_clean_attributes(
+            target, bridge.clean_attributes(values) if bridge is not None else clean_attributes(values)
+        )

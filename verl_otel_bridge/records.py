@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,6 +27,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from verl_otel_bridge.attributes import attributes_dict, span_attributes
 
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -44,7 +47,7 @@ def span_to_record(span: ReadableSpan) -> dict[str, Any]:
         "end_time_ns": span.end_time,
         "kind": span.kind.name,
         "status": {"code": status.status_code.name, "description": status.description},
-        "attributes": _plain(span.attributes),
+        "attributes": _plain(span_attributes(span)),
         "events": [
             {"name": event.name, "time_ns": event.timestamp, "attributes": _plain(event.attributes)}
             for event in span.events
@@ -54,29 +57,34 @@ def span_to_record(span: ReadableSpan) -> dict[str, Any]:
     }
 
 
+#: ``ReadableSpan`` fields whose reading builds something (a copy, a view): read only when not replaced.
+_BUILT_ON_READ = {name: attrgetter(name) for name in ("attributes", "events", "links", "resource")}
+
+
 def replace_span(span: ReadableSpan, **changes: Any) -> ReadableSpan:
     """A copy of ``span`` with some of ``ReadableSpan``'s constructor arguments replaced."""
     arguments: dict[str, Any] = {
         "name": span.name,
         "context": span.get_span_context(),
         "parent": span.parent,
-        "resource": span.resource,
-        "attributes": span.attributes,
-        "events": span.events,
-        "links": span.links,
         "kind": span.kind,
         "status": span.status,
         "start_time": span.start_time,
         "end_time": span.end_time,
         "instrumentation_scope": span.instrumentation_scope,
+        **changes,
     }
-    arguments.update(changes)
+    for name, read in _BUILT_ON_READ.items():
+        if name not in arguments:
+            arguments[name] = read(span)
     return ReadableSpan(**arguments)
 
 
 def _plain(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     if not attributes:
         return {}
+    if attributes.__class__ is not dict:  # the SDK's attribute container answers each item with a Python call
+        attributes = attributes_dict(attributes)
     return {key: list(value) if isinstance(value, tuple) else value for key, value in attributes.items()}
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 import warnings
 
 from opentelemetry import context as otel_context
-from opentelemetry.trace import Span, set_span_in_context
+from opentelemetry.trace import INVALID_SPAN, Span, set_span_in_context
 
 _KEY = otel_context.create_key("verl_otel_bridge.scope")
+#: The context key OpenTelemetry keeps the current span under, read once through its public API.
+_SPAN_KEY = next(iter(set_span_in_context(INVALID_SPAN, otel_context.Context())))
 
 
 class SpanBlock:
@@ -26,7 +28,8 @@ class SpanBlock:
     def __init__(self, span: Span) -> None:
         self.previous = otel_context.get_current()
         self.open = True
-        self.context = otel_context.set_value(_KEY, self, set_span_in_context(span, self.previous))
+        # One copy of the context, where set_span_in_context and set_value would make two.
+        self.context = otel_context.Context({**self.previous, _SPAN_KEY: span, _KEY: self})
         otel_context.attach(self.context)
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from opentelemetry.trace import Span
 
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, mark_failed
-from verl_otel_bridge.attributes import to_text
+from verl_otel_bridge.attributes import set_clean_attributes, to_text
 from verl_otel_bridge.identity import SessionIdentity
 from verl_otel_bridge.protocol import (
     FAILED_STATUSES,
@@ -120,7 +120,7 @@ class Session:
         }
         if self.trajectories:
             attributes[TRAJECTORIES] = _trajectory_summaries(self.trajectories)
-        self.span.set_attributes(attributes)
+        set_clean_attributes(self.span, attributes)  # text, ints and bools: nothing to convert
         if self.status.lower() in FAILED_STATUSES:
             mark_failed(self.span, f"session finished with status {self.status!r}")
 

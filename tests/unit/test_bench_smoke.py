@@ -79,6 +79,9 @@ def test_bench_smoke_produces_every_row_it_can(tmp_path: Path) -> None:
 
     memory = results["memory"]
     assert memory["spans"] > 0 and memory["rss_end_mb"] > 0, memory
+    export_cpu = results["export_cpu"]
+    assert set(export_cpu) == {"none", "jsonl", "otlp"}, export_cpu
+    assert all(row["spans"] > 0 and row["cpu_us_per_span"] > 0 for row in export_cpu.values()), export_cpu
     assert results["targets"] and all(t["met"] is None for t in results["targets"]), "smoke runs assess no target"
 
     markdown = (tmp_path / "performance.md").read_text()

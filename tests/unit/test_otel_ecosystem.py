@@ -316,6 +316,37 @@ def test_instrument_an_application_provider() -> None:
         provider.shutdown()
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [(None, None), ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "6"), ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "3")],
+)
+def test_bridge_spans_carry_what_a_bare_sdk_span_with_the_same_attributes_carries(
+    variable: str | None, value: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bridge hands its spans' attributes to the SDK already converted; the span still holds
+    what a plain SDK span made with the same attributes holds, the SDK's limits applied."""
+    if variable is not None:
+        monkeypatch.setenv(variable, value)
+    bridge = vob.Bridge(vob.BridgeConfig.resolve(environ={}, exporter="memory"))
+    bare = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(bare))
+    with bridge.session(sample="sample-1", session=2, uid="user-1", global_steps=7) as s:
+        with bridge.turn(1, type="generate") as turn:
+            turn.record(prompt_tokens=5, finish_reason="stop", content="a long answer")
+        made = {**dict(finished(bridge)[-1].attributes or {})}
+        own = {"turn": 1, "type": "generate", "gen_ai.operation.name": "chat"}
+        with provider.get_tracer("bare").start_as_current_span(
+            "agent_turn", attributes={**own, **s.identity.attributes}
+        ) as span:
+            span.set_attributes({k: v for k, v in made.items() if k not in own and k not in s.identity.attributes})
+    expected = dict(bare.get_finished_spans()[-1].attributes or {})
+    bridge.shutdown()
+    assert made == expected
+    if variable is None:
+        assert identity_of(made) == dict(s.identity.attributes) and made["content"] == "a long answer"
+
+
 # -- 4. exporter lists ---------------------------------------------------------
 
 

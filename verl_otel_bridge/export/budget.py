@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from verl_otel_bridge.attributes import attributes_dict
+from verl_otel_bridge.attributes import attributes_dict, span_attributes, span_events
 
 #: A span, its context, status, resource reference and attribute container.
 SPAN_BYTES = 1_500
@@ -40,18 +40,23 @@ T = TypeVar("T")
 
 def span_size(span: ReadableSpan) -> int:
     """The estimated bytes ``span`` holds in memory (attributes and events included)."""
-    size = SPAN_BYTES + attributes_size(span.attributes)
-    for event in span.events:
-        size += EVENT_BYTES + attributes_size(event.attributes)
+    size = SPAN_BYTES + values_size(span_attributes(span).values())
+    events = span_events(span)
+    if events:
+        for event in events:
+            size += EVENT_BYTES + attributes_size(event.attributes)
     return size
 
 
 def attributes_size(attributes: Mapping[str, Any] | None) -> int:
     """The estimated bytes of ``attributes``' values and keys."""
-    if not attributes:
-        return 0
+    return values_size(attributes_dict(attributes).values()) if attributes else 0
+
+
+def values_size(values: Iterable[Any]) -> int:
+    """The estimated bytes of attribute ``values`` with their keys and dict slots."""
     size = 0
-    for value in attributes_dict(attributes).values():
+    for value in values:
         cls = value.__class__
         if cls is str:
             size += ATTRIBUTE_BYTES + STR_BYTES + len(value)

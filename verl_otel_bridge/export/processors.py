@@ -5,13 +5,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import Span as OtelSpan
+from opentelemetry.trace import Tracer
 
 from verl_otel_bridge.accounting import DROPPED, FAILED, SpanCounts
+from verl_otel_bridge.attributes import AttributeValue, set_clean_attributes
+from verl_otel_bridge.export.budget import span_size
 from verl_otel_bridge.export.queue import ExportQueue, QueueSettings
 from verl_otel_bridge.export.sampling import SessionSampler
 from verl_otel_bridge.export.spill import FROM_QUEUE, Spill
@@ -48,9 +52,15 @@ def _millis_left(deadline: float) -> int:
 
 
 def stamped(span: Span, identity: SessionIdentity) -> bool:
-    """Whether ``span`` was created with ``identity``'s attributes (the bridge's own spans are)."""
+    """Whether ``span`` was created with ``identity``'s attributes."""
     attributes = span.attributes
     return attributes is not None and attributes.get("state_lane_id") is identity.state_lane_id
+
+
+class _Handed(threading.local):
+    """The attributes :meth:`IdentitySpanProcessor.start_span` hands to ``on_start``, per thread."""
+
+    attributes: Mapping[str, AttributeValue] | None = None
 
 
 class IdentitySpanProcessor(SpanProcessor):
@@ -58,17 +68,46 @@ class IdentitySpanProcessor(SpanProcessor):
 
     Works for spans from any tracer on the provider, so plain
     ``tracer.start_as_current_span`` calls and other instrumented libraries get
-    the identity too. After :meth:`shutdown` it does nothing (the SDK cannot
-    remove a processor from a provider the application keeps using).
+    the identity too. The identity's attributes were converted once per session,
+    so they are put on each span whole (:func:`set_clean_attributes`). After
+    :meth:`shutdown` it stamps nothing (the SDK cannot remove a processor from a
+    provider the application keeps using).
     """
 
     def __init__(self) -> None:
         self._active = True
+        self._handed = _Handed()
+
+    def start_span(
+        self, tracer: Tracer, name: str, attributes: Mapping[str, AttributeValue] | None, start_time: int | None = None
+    ) -> OtelSpan:
+        """``tracer.start_span(name)`` whose span gets ``attributes`` (already clean, e.g. from
+        :func:`~verl_otel_bridge.attributes.clean_attributes`) and then the identity, in :meth:`on_start`.
+
+        The SDK does not check either again. Only for a provider this processor comes
+        first on: processors before it would see the span without attributes, and so
+        does the sampler.
+        """
+        handed = self._handed
+        handed.attributes = attributes
+        try:
+            return tracer.start_span(name, start_time=start_time)
+        finally:
+            handed.attributes = None
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        identity = current_identity()
-        if identity is not None and self._active and not stamped(span, identity):
-            span.set_attributes(identity.attributes)
+        handed = self._handed
+        own = handed.attributes
+        if own is not None:
+            handed.attributes = None
+        identity = current_identity() if self._active else None
+        if identity is not None and (own is not None or not stamped(span, identity)):
+            if own:
+                set_clean_attributes(span, own, identity.attributes)
+            else:
+                set_clean_attributes(span, identity.attributes)
+        elif own:
+            set_clean_attributes(span, own)
 
     def on_end(self, span: ReadableSpan) -> None:
         pass
@@ -128,10 +167,11 @@ class ExportSpanProcessor(SpanProcessor):
                 self.export_batch(spans)
             return
         for span in spans:
-            if self.queue.put(span):
+            size = span_size(span)  # once: the spill takes what the queue refuses at the same size
+            if self.queue.put(span, size):
                 continue
             if self.spill is not None:
-                self.spill.offer(span)
+                self.spill.offer(span, size)
             else:
                 self.counts.add(DROPPED)
 
@@ -191,3 +231,37 @@ class ExportSpanProcessor(SpanProcessor):
             return True
 
         within(deadline, finish, "shutdown")
+
+
+class BridgeSpanProcessors(SpanProcessor):
+    """The bridge's processors as one on the provider: identity stamping, ``inflight``, then export.
+
+    The SDK calls every processor it holds at each span start, end and ending in a
+    loop of its own; as one processor, a span costs one such call per event and the
+    processors that do nothing there (identity at the end, every ``_on_ending``) are
+    not called at all.
+    """
+
+    def __init__(self, identity: IdentitySpanProcessor, inflight: SpanProcessor, export: ExportSpanProcessor) -> None:
+        self.identity = identity
+        self.inflight = inflight
+        self.export = export
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.identity.on_start(span, parent_context)
+        self.inflight.on_start(span, parent_context)
+        self.export.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.inflight.on_end(span)
+        self.export.on_end(span)
+
+    def shutdown(self) -> None:
+        for processor in (self.identity, self.inflight, self.export):
+            processor.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        deadline = time.monotonic() + timeout_millis / 1000
+        return all(
+            [processor.force_flush(_millis_left(deadline)) for processor in (self.identity, self.inflight, self.export)]
+        )

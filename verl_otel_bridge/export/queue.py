@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge.accounting import HotCounter
-from verl_otel_bridge.export.budget import ByteBudget, span_size, take_batch
+from verl_otel_bridge.export.budget import ByteBudget, take_batch
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
@@ -84,8 +84,9 @@ class ExportQueue:
         self._worker = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
         self._worker.start()
 
-    def put(self, span: ReadableSpan) -> bool:
-        """Queue ``span``; False (nothing queued) when full or shut down.
+    def put(self, span: ReadableSpan, size: int) -> bool:
+        """Queue ``span`` of estimated ``size`` bytes (:func:`~verl_otel_bridge.export.budget.span_size`);
+        False (nothing queued) when full or shut down.
 
         Only the byte count takes a lock: ``deque.append`` and the counter are
         atomic, and a race on the length check can overfill ``max_size`` by at
@@ -94,7 +95,6 @@ class ExportQueue:
         items = self._items
         if self._stopping or (self._max_size is not None and len(items) >= self._max_size):
             return False
-        size = span_size(span)
         if not self._budget.take(size):
             return False
         item = (span, size)

@@ -43,6 +43,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from verl_otel_bridge.attributes import attributes_dict, span_attributes
 from verl_otel_bridge.exporters.base import WrappingSpanExporter, left_out_reader
 from verl_otel_bridge.logs import OnceLogger
 from verl_otel_bridge.protocol import (
@@ -125,9 +126,55 @@ def span_kind(name: str, attributes: Mapping[str, Any]) -> str | None:
     return DEFAULT_KIND
 
 
-def generic_attributes(name: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """``attributes`` of a span called ``name`` in the generic vocabulary (see the module docstring)."""
-    out = {GENERIC_IDENTITY_KEYS.get(key, key): value for key, value in attributes.items()}
+class KeyPlans:
+    """What the translation does to a span's keys, worked out once per distinct key set.
+
+    Spans of one program have a handful of key sets (a turn's, a task's, ...), so the
+    renaming and the shadowed keys are looked up, not recomputed per span. Holds at
+    most ``max_plans`` key sets (then starts over).
+    """
+
+    def __init__(self, max_plans: int = 1024) -> None:
+        self._max = max_plans
+        self._renamed: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._shadowed: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def renamed(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
+        """``attributes`` with the identity keys renamed (:data:`GENERIC_IDENTITY_KEYS`)."""
+        keys = tuple(attributes)
+        names = self._renamed.get(keys)
+        if names is None:
+            names = self._remember(self._renamed, keys, tuple(GENERIC_IDENTITY_KEYS.get(key, key) for key in keys))
+        return dict(zip(names, attributes.values(), strict=True))
+
+    def unshadow(self, out: dict[str, Any]) -> None:
+        """Move any plain key that a dotted key nests under (a caller's ``llm=...``) to ``<key>.value``."""
+        keys = tuple(out)
+        shadowed = self._shadowed.get(keys)
+        if shadowed is None:
+            prefixes = {key[:index] for key in keys for index, char in enumerate(key) if char == "."}
+            shadowed = self._remember(self._shadowed, keys, tuple(prefixes.intersection(keys)))
+        for key in shadowed:
+            out.setdefault(f"{key}.value", out.pop(key))
+
+    def _remember(
+        self, plans: dict[tuple[str, ...], tuple[str, ...]], keys: tuple[str, ...], plan: tuple[str, ...]
+    ) -> tuple[str, ...]:
+        if len(plans) >= self._max:
+            plans.clear()
+        plans[keys] = plan
+        return plan
+
+
+def generic_attributes(name: str, attributes: Mapping[str, Any], plans: KeyPlans | None = None) -> dict[str, Any]:
+    """``attributes`` of a span called ``name`` in the generic vocabulary (see the module docstring).
+
+    ``plans`` (kept by the caller across spans) makes the key work a lookup.
+    """
+    plans = plans if plans is not None else KeyPlans()
+    if attributes.__class__ is not dict:
+        attributes = attributes_dict(attributes)
+    out = plans.renamed(attributes)
     conversation = conversation_id(attributes)
     if conversation:
         out[SESSION_ID] = conversation
@@ -151,15 +198,8 @@ def generic_attributes(name: str, attributes: Mapping[str, Any]) -> dict[str, An
             out[MLFLOW_REWARD_TAG] = str(reward)
     if reward is not None:
         out[METADATA] = _merged_metadata(attributes.get(METADATA), {REWARD: reward})
-    _unshadow(out)
+    plans.unshadow(out)
     return out
-
-
-def _unshadow(out: dict[str, Any]) -> None:
-    """Move any plain key that a dotted key nests under (a caller's ``llm=...``) to ``<key>.value``."""
-    prefixes = {key[:index] for key in out for index, char in enumerate(key) if char == "."}
-    for key in prefixes.intersection(out):
-        out.setdefault(f"{key}.value", out.pop(key))
 
 
 def session_reward(attributes: Mapping[str, Any]) -> float | None:
@@ -240,12 +280,16 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def reward_events(span: ReadableSpan) -> list[Event]:
-    """``span``'s events plus one ``gen_ai.evaluation.result`` for its ``reward`` (if not there yet)."""
-    events = list(span.events)
-    reward = _number((span.attributes or {}).get(REWARD))
+def reward_events(span: ReadableSpan, attributes: Mapping[str, Any] | None = None) -> Sequence[Event]:
+    """``span``'s events plus one ``gen_ai.evaluation.result`` for its ``reward`` (if not there yet).
+
+    ``attributes``: the span's, when the caller has them as a dict already.
+    """
+    events = span.events
+    reward = _number((attributes if attributes is not None else span.attributes or {}).get(REWARD))
     if reward is None or any(event.name == EVALUATION_EVENT for event in events):
         return events
+    events = list(events)
     when = span.end_time if span.end_time is not None else span.start_time
     events.append(Event(EVALUATION_EVENT, {EVALUATION_NAME: REWARD, EVALUATION_SCORE: reward}, when))
     return events
@@ -263,6 +307,7 @@ class GenericVocabularySpanExporter(WrappingSpanExporter):
         self.project = project or None
         # project -> (resource, resource with that project): spans share their provider's resource
         self._resources: dict[str, tuple[Resource, Resource]] = {}
+        self._plans = KeyPlans()
         self._once = OnceLogger(logger)
         self._left_out = left_out_reader(inner)
 
@@ -275,7 +320,7 @@ class GenericVocabularySpanExporter(WrappingSpanExporter):
 
     def _translate(self, span: ReadableSpan) -> ReadableSpan:
         try:
-            return generic_span(span, self.project, self._resource)
+            return generic_span(span, self.project, self._resource, self._plans)
         except Exception as exc:  # noqa: BLE001 - an odd span goes out untranslated, never lost
             self._once.log(
                 f"translate:{type(exc).__name__}", logging.WARNING, "span %r exported untranslated: %r", span.name, exc
@@ -300,21 +345,23 @@ def generic_span(
     span: ReadableSpan,
     project: str | None = None,
     resource_for: Callable[[Resource, str], Resource] = with_project,
+    plans: KeyPlans | None = None,
 ) -> ReadableSpan:
     """A copy of ``span`` in the generic vocabulary: attributes, reward event, Phoenix project.
 
-    ``project`` names the project of spans whose identity has none. Usable on spans
+    ``project`` names the project of spans whose identity has none; ``plans`` (see
+    :class:`KeyPlans`), kept across calls, saves the key work. Usable on spans
     from the ``memory`` exporter or ``SpanCapture`` to see what ``otlp`` sends:
     ``[generic_span(s) for s in capture.spans]``.
     """
-    attributes = span.attributes or {}
+    attributes = span_attributes(span)
     resource = span.resource
     wanted = attributes.get("project") or project
     if wanted and (resource is None or PROJECT_RESOURCE not in resource.attributes):
         resource = resource_for(resource if resource is not None else Resource({}), str(wanted))
     return replace_span(
         span,
-        attributes=generic_attributes(span.name, attributes),
-        events=reward_events(span),
+        attributes=generic_attributes(span.name, attributes, plans),
+        events=reward_events(span, attributes),
         resource=resource,
     )

@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
-from verl_otel_bridge.attributes import attributes_dict
+from verl_otel_bridge.attributes import attributes_dict, span_attributes
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class SpanEncoder:
             if entry is None:
                 entry = by_scope[1][id(scope)] = (scope, [])
             try:
-                encoded = self._span(span, span.attributes if attributes is None else attributes[index])
+                encoded = self._span(span, span_attributes(span) if attributes is None else attributes[index])
             except (struct.error, OverflowError, ValueError) as exc:
                 if on_reject is not None:
                     on_reject(span, exc)

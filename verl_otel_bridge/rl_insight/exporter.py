@@ -23,7 +23,7 @@ from verl_otel_bridge.accounting import (
     SpanCounts,
     exported,
 )
-from verl_otel_bridge.attributes import attributes_dict
+from verl_otel_bridge.attributes import span_attributes
 from verl_otel_bridge.config import BridgeConfig
 from verl_otel_bridge.exporters.kinds import named_exporter
 from verl_otel_bridge.exporters.redacting import redact
@@ -327,7 +327,7 @@ class RLInsightSpanExporter(SpanExporter):
 
 def forwarded_attributes(span: ReadableSpan) -> dict[str, Any]:
     """The span's attributes plus its ids, status and first exception, as RL-Insight receives them."""
-    attributes = attributes_dict(span.attributes)
+    attributes = span_attributes(span)
     context = span.get_span_context()
     if context is not None:
         attributes[protocol.TRACE_ID] = format(context.trace_id, "032x")

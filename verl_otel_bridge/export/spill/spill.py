@@ -50,12 +50,13 @@ class Spill:
         )
         self._drain = DrainThread(self._store, counts, self.drains, lambda: self.health, settings)
 
-    def offer(self, span: ReadableSpan) -> None:
-        """Take a span the export queue refused, to be written on the spill thread; never blocks.
+    def offer(self, span: ReadableSpan, size: int) -> None:
+        """Take a span the export queue refused (estimated ``size`` bytes), to be written on the spill
+        thread; never blocks.
 
         When the write buffer is full too (the disk is slower than the burst), the span is dropped.
         """
-        if not self._buffer.put(span):
+        if not self._buffer.put(span, size):
             self._drop(1, "the spill's write buffer is full")
 
     def write(self, spans: Sequence[ReadableSpan], spilled_from: str) -> bool:
