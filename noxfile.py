@@ -157,8 +157,24 @@ def _checkout_environment(session: nox.Session, shared: Path, inputs: str) -> st
         Path(_site_packages(str(python)), "shared.pth").write_text(f"import site; site.addsitedir({shared_site!r})\n")
         install = ["-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e", str(ROOT)]
         session.run(str(python), *install, external=True)
+        _copy_scripts(shared / "bin", thin / "bin")
         stamp.write_text(inputs)
     return str(python)
+
+
+def _copy_scripts(shared: Path, thin: Path) -> None:
+    """The shared environment's console scripts (``opentelemetry-instrument``, ...), run by the thin python."""
+    own = f"#!{shared / 'python'}"
+    for script in shared.iterdir():
+        target = thin / script.name
+        if target.exists() or not script.is_file():
+            continue
+        with script.open("rb") as f:
+            first = f.readline()
+        if first.rstrip().decode(errors="replace") != own:
+            continue  # not a console script of the shared python
+        target.write_bytes(f"#!{thin / 'python'}\n".encode() + script.read_bytes()[len(first) :])
+        target.chmod(0o755)
 
 
 def _site_packages(python: str) -> str:
