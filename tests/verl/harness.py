@@ -14,7 +14,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EXAMPLE = EXAMPLES / "verl_agent_loop.py"
 sys.path.insert(0, str(EXAMPLES))
 
-# The stand-ins, said once, in the example a verl user runs.
+# The stand-ins, said once, in the example a verl user runs (a test changes the script in ``verl_cpu``).
+import verl_cpu  # noqa: E402
 from verl_cpu import (  # noqa: E402 - found on the path set above
     FINAL_ANSWER,
     OVERRIDE_TEXT,
@@ -46,6 +47,7 @@ __all__ = [
     "make_worker",
     "records",
     "user_environment",
+    "verl_cpu",
 ]
 
 

@@ -103,7 +103,7 @@ def test_a_failed_tool_call_ends_its_turn_in_error_and_is_counted(
     verl_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = [("base_raising", {"x": 1}), ("divide", {"a": 1, "b": 0}), ("no_such_tool", {"x": 1}), *harness.TOOL_CALLS]
-    monkeypatch.setattr(harness, "TOOL_CALLS", calls)
+    monkeypatch.setattr(harness.verl_cpu, "TOOL_CALLS", calls)
     with capture_spans() as capture:
         spans = tool_loop(verl_files, capture)
     tools = {t.attributes["tools"]: t for t in turns(spans, "tool")}
@@ -127,7 +127,7 @@ def test_a_failed_tool_call_ends_its_turn_in_error_and_is_counted(
 def test_a_tool_exception_leaving_verl_fails_turn_and_session_and_its_spans_are_on_disk_when_it_raises(
     verl_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(harness, "TOOL_CALLS", [("base_broken_release", {"x": 1})])
+    monkeypatch.setattr(harness.verl_cpu, "TOOL_CALLS", [("base_broken_release", {"x": 1})])
     path = tmp_path / "spans.jsonl"
     # The export timer would not fire within the test: only the end of generate_sequences writes them.
     vob.configure(exporter="jsonl", jsonl_path=str(path), schedule_delay_ms=3_600_000)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import harness
+import pytest
 
 from verl_otel_bridge.verl import destination
 
@@ -25,6 +26,7 @@ CLI = Path(sys.executable).parent / "verl-otel-bridge"
 SPANS = 4 * 7 + 4 * 3
 
 
+@pytest.mark.timeout(600)  # a fresh process imports verl (torch, ray) and runs 8 trajectories
 def test_the_example_writes_the_default_directory_says_so_once_and_reports_on_it(tmp_path: Path) -> None:
     env = harness.user_environment(tmp_path)
     done = subprocess.run(

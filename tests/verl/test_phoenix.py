@@ -65,6 +65,7 @@ def sessions(phoenix: Any, project: str) -> dict[str, dict[str, Any]]:
     return {} if node is None else {e["node"]["sessionId"]: e["node"] for e in node["sessions"]["edges"]}
 
 
+@pytest.mark.timeout(900)  # Phoenix's first start (its database migration, up to START_S) and the example's run
 def test_a_real_verl_run_shows_each_sessions_first_input_and_last_output_in_phoenix(
     phoenix: Any, tmp_path: Path
 ) -> None:
