@@ -130,25 +130,12 @@ def test_doctor_passes_against_phoenix(phoenix: Phoenix, monkeypatch: pytest.Mon
     assert report["route"]["local"]["detail"].endswith("accepts OTLP export requests")
 
 
-def phoenix_columns(project_id: str) -> dict[str, str]:
-    """Phoenix's traces table with its ``metadata`` column (hidden by default), where the reward is.
-
-    Phoenix 20.26.1 keeps the table's columns in a zustand store persisted in localStorage as
-    ``arize-phoenix-tracing-<project id>-<tab>``.
-    """
-    visible = {"metadata": True, "spanNotes": False, "traceNotes": False, "spanId": False, "traceId": False}
-    return {
-        f"arize-phoenix-tracing-{project_id}-traces": json.dumps({"state": {"columnVisibility": visible}, "version": 0})
-    }
-
-
-def test_screenshot_of_the_traces_view(phoenix: Phoenix, received: Any, tmp_path: Path) -> None:
+def test_screenshot_of_the_sessions_view(phoenix: Phoenix, received: Any, tmp_path: Path) -> None:
     _, node, _ = received
     shot = screenshot(
-        f"{phoenix.server.url}/projects/{node['id']}/traces",
-        "phoenix-traces",
+        f"{phoenix.server.url}/projects/{node['id']}/sessions",
+        "phoenix-sessions",
         tmp_path,
-        shows=["What is 6 x 7?", "42", "reward"],  # each session's input, output and reward
-        local_storage=phoenix_columns(node["id"]),
+        shows=["What is 6 x 7?", "42", "uid-0"],  # each session's first input, last output and user
     )
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
