@@ -656,8 +656,11 @@ def test_demo_command_runs_the_demo_keeps_its_output_and_its_printed_commands_wo
     assert done.returncode == 0, done.stderr
     capture = Path("demo-output") / demo.CAPTURE_NAME
     headline = done.stdout.splitlines()[0]
-    assert headline.startswith(f"{demo.SESSIONS} sessions done; spans went to: memory (exporter='memory' configured)")
-    assert headline.endswith(f"; a copy to jsonl {capture}")  # every destination, the JSON Lines copy too
+    # every destination, the JSON Lines copy too, named once
+    assert (
+        headline
+        == f"{demo.SESSIONS} sessions done; spans went to: memory (exporter='memory' configured; JSON Lines to {capture})"
+    )
     tree = done.stdout[: done.stdout.index("status():")]
     assert "    agent_turn [" in tree and "agent_session.progress" not in tree  # the straggler's tree, no progress
     assert "  exporters:\n    memory  primary" in done.stdout  # status() printed for people

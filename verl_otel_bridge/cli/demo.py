@@ -167,9 +167,10 @@ def destinations(status: BridgeStatus, jsonl_path: str) -> str:
     """Every destination of ``status`` in words: where spans went and why, then each copy (a file by its path)."""
     said = [f"{status['exporter']} ({status['detail']})"]
     for name, entry in status["exporters"].items():
-        if entry["role"] == "copy":
-            where = str(capture_path(jsonl_path)) if name == "jsonl" else entry["endpoint"]
-            said.append(f"a copy to {name}" + (f" {where}" if where else ""))
+        if entry["role"] != "copy" or (name == "jsonl" and jsonl_path in status["detail"]):
+            continue  # the detail already names the JSON Lines file
+        where = str(capture_path(jsonl_path)) if name == "jsonl" else entry["endpoint"]
+        said.append(f"a copy to {name}" + (f" {where}" if where else ""))
     return "; ".join(said)
 
 
