@@ -92,8 +92,8 @@ def pieces_view(number: int) -> None:
 
     from verl_otel_bridge import Bridge, BridgeConfig
     from verl_otel_bridge.attributes import set_clean_attributes
-    from verl_otel_bridge.export.processors import stamped
     from verl_otel_bridge.identity import current_identity
+    from verl_otel_bridge.pipeline.processors import stamped
 
     bridge = Bridge(BridgeConfig.resolve(environ={}, exporter="none"))
     bare = TracerProvider(shutdown_on_exit=False).get_tracer("bench")

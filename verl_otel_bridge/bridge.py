@@ -36,13 +36,13 @@ from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
 from verl_otel_bridge.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.export.pipeline import Pipeline, build_pipeline, disabled_status
-from verl_otel_bridge.export.processors import BridgeSpanProcessors, ExportSpanProcessor, IdentitySpanProcessor
-from verl_otel_bridge.export.route import Route
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.identity import IdentityFields, SessionIdentity, current_identity, using_identity
 from verl_otel_bridge.inflight import InflightSessions
 from verl_otel_bridge.logs import OnceLogger
+from verl_otel_bridge.pipeline.chain import Pipeline, build_pipeline, disabled_status
+from verl_otel_bridge.pipeline.processors import BridgeSpanProcessors, ExportSpanProcessor, IdentitySpanProcessor
+from verl_otel_bridge.pipeline.route import Route
 from verl_otel_bridge.protocol import SESSION_SPAN_NAME
 from verl_otel_bridge.scopes import SpanBlock
 from verl_otel_bridge.session import Session, session_start_attributes

@@ -18,7 +18,7 @@ sys.path.insert(
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.export.spill import settings as spill_settings
+from verl_otel_bridge.pipeline.spill import settings as spill_settings
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 
 from .fake_rl_insight import hide_rl_insight

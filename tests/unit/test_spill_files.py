@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.config import default_spill_dir
-from verl_otel_bridge.export.spill import FROM_QUEUE, Health, Spill, SpillSettings
-from verl_otel_bridge.export.spill import segments as spill_segments
+from verl_otel_bridge.pipeline.spill import FROM_QUEUE, Health, Spill, SpillSettings
+from verl_otel_bridge.pipeline.spill import segments as spill_segments
 from verl_otel_bridge.records import record_to_span
 
 from .helpers import wait_until

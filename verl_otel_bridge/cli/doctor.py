@@ -16,9 +16,9 @@ from typing import Any
 
 from verl_otel_bridge._version import __version__, distribution_version, install_command
 from verl_otel_bridge.config import ENV_PREFIX, BridgeConfig, value_sources
-from verl_otel_bridge.export.route import Route
-from verl_otel_bridge.export.spill import SpillSettings
 from verl_otel_bridge.exporters.kinds import check_exporter
+from verl_otel_bridge.pipeline.route import Route
+from verl_otel_bridge.pipeline.spill import SpillSettings
 from verl_otel_bridge.records import parse_json
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.rl_insight.otlp import fetch_services, trace_endpoint

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from verl_otel_bridge._version import distribution_version
 from verl_otel_bridge.accounting import FAILED, FALLBACK, SpanCounts
 from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.export.pipeline import Pipeline, build_pipeline
+from verl_otel_bridge.pipeline.chain import Pipeline, build_pipeline
 from verl_otel_bridge.records import iter_lines, record_to_span
 from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 

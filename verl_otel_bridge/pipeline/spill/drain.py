@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge.accounting import FAILED, SPILL_DRAINED, SPILLED, SpanCounts
-from verl_otel_bridge.export.budget import MAX_BATCH_BYTES
-from verl_otel_bridge.export.spill.health import Health
-from verl_otel_bridge.export.spill.segments import SegmentStore, Taken
-from verl_otel_bridge.export.spill.settings import FROM_QUEUE, SpillSettings
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.logs import OnceLogger
+from verl_otel_bridge.pipeline.budget import MAX_BATCH_BYTES
+from verl_otel_bridge.pipeline.spill.health import Health
+from verl_otel_bridge.pipeline.spill.segments import SegmentStore, Taken
+from verl_otel_bridge.pipeline.spill.settings import FROM_QUEUE, SpillSettings
 from verl_otel_bridge.records import iter_lines, record_to_span
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 

@@ -8,10 +8,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge.accounting import SpanCounts
-from verl_otel_bridge.export.spill.health import Health
-from verl_otel_bridge.export.spill.settings import FROM_DESTINATION
-from verl_otel_bridge.export.spill.spill import Spill
 from verl_otel_bridge.exporters.counting import CountingSpanExporter
+from verl_otel_bridge.pipeline.spill.health import Health
+from verl_otel_bridge.pipeline.spill.settings import FROM_DESTINATION
+from verl_otel_bridge.pipeline.spill.spill import Spill
 
 
 class SpillingSpanExporter(CountingSpanExporter):

@@ -39,8 +39,8 @@ from opentelemetry.trace import StatusCode
 
 from verl_otel_bridge.accounting import SAMPLED_OUT, SAMPLING_RELEASED, SpanCounts
 from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.export.budget import span_size
 from verl_otel_bridge.forks import reinit_after_fork
+from verl_otel_bridge.pipeline.budget import span_size
 from verl_otel_bridge.protocol import REWARD, SESSION_SPAN_NAME, TRAJECTORIES
 from verl_otel_bridge.records import parse_json
 

@@ -11,13 +11,13 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge.accounting import DROPPED, SPILL_WRITTEN, SPILLED, SpanCounts
-from verl_otel_bridge.export.queue import ExportQueue, QueueSettings
-from verl_otel_bridge.export.spill.drain import DrainThread, DrainTo
-from verl_otel_bridge.export.spill.health import Health
-from verl_otel_bridge.export.spill.segments import SegmentStore
-from verl_otel_bridge.export.spill.settings import FROM_QUEUE, SpillSettings
 from verl_otel_bridge.exporters.redacting import redact
 from verl_otel_bridge.logs import Reminder
+from verl_otel_bridge.pipeline.queue import ExportQueue, QueueSettings
+from verl_otel_bridge.pipeline.spill.drain import DrainThread, DrainTo
+from verl_otel_bridge.pipeline.spill.health import Health
+from verl_otel_bridge.pipeline.spill.segments import SegmentStore
+from verl_otel_bridge.pipeline.spill.settings import FROM_QUEUE, SpillSettings
 from verl_otel_bridge.records import span_to_record
 
 logger = logging.getLogger(__name__)

@@ -15,11 +15,11 @@ from opentelemetry.trace import Tracer
 
 from verl_otel_bridge.accounting import DROPPED, FAILED, SpanCounts
 from verl_otel_bridge.attributes import AttributeValue, set_clean_attributes
-from verl_otel_bridge.export.budget import span_size
-from verl_otel_bridge.export.queue import ExportQueue, QueueSettings
-from verl_otel_bridge.export.sampling import SessionSampler
-from verl_otel_bridge.export.spill import FROM_QUEUE, Spill
 from verl_otel_bridge.identity import SessionIdentity, current_identity
+from verl_otel_bridge.pipeline.budget import span_size
+from verl_otel_bridge.pipeline.queue import ExportQueue, QueueSettings
+from verl_otel_bridge.pipeline.sampling import SessionSampler
+from verl_otel_bridge.pipeline.spill import FROM_QUEUE, Spill
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)

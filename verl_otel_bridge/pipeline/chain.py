@@ -10,17 +10,17 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from verl_otel_bridge.accounting import SpanCounts, balance, copied, exported
 from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.export.processors import ExportSpanProcessor
-from verl_otel_bridge.export.queue import QueueSettings
-from verl_otel_bridge.export.route import Route
-from verl_otel_bridge.export.sampling import SamplingSettings, SessionSampler
-from verl_otel_bridge.export.spill import Spill, SpillingSpanExporter, SpillSettings
 from verl_otel_bridge.exporters.base import exporter_report
 from verl_otel_bridge.exporters.counting import CountingSpanExporter
 from verl_otel_bridge.exporters.fanout import FanOutSpanExporter
 from verl_otel_bridge.exporters.kinds import inline, named_exporter
 from verl_otel_bridge.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge.exporters.redacting import RedactingSpanExporter
+from verl_otel_bridge.pipeline.processors import ExportSpanProcessor
+from verl_otel_bridge.pipeline.queue import QueueSettings
+from verl_otel_bridge.pipeline.route import Route
+from verl_otel_bridge.pipeline.sampling import SamplingSettings, SessionSampler
+from verl_otel_bridge.pipeline.spill import Spill, SpillingSpanExporter, SpillSettings
 from verl_otel_bridge.status import (
     BridgeStatus,
     Endpoint,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge.accounting import HotCounter
-from verl_otel_bridge.export.budget import ByteBudget, take_batch
 from verl_otel_bridge.forks import reinit_after_fork
+from verl_otel_bridge.pipeline.budget import ByteBudget, take_batch
 from verl_otel_bridge.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class QueueSettings:
         max_size: spans held at most, or None: bounded by ``max_bytes`` only.
         batch_size: spans per export call at most.
         delay_s: longest a span waits before the worker wakes up.
-        max_bytes: estimated bytes held at most (:func:`~verl_otel_bridge.export.budget.span_size`).
+        max_bytes: estimated bytes held at most (:func:`~verl_otel_bridge.pipeline.budget.span_size`).
     """
 
     max_size: int | None
@@ -85,7 +85,7 @@ class ExportQueue:
         self._worker.start()
 
     def put(self, span: ReadableSpan, size: int) -> bool:
-        """Queue ``span`` of estimated ``size`` bytes (:func:`~verl_otel_bridge.export.budget.span_size`);
+        """Queue ``span`` of estimated ``size`` bytes (:func:`~verl_otel_bridge.pipeline.budget.span_size`);
         False (nothing queued) when full or shut down.
 
         Only the byte count takes a lock: ``deque.append`` and the counter are

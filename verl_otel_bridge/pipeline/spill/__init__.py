@@ -32,9 +32,9 @@ so replaying it (``verl-otel-bridge replay``) after the process died may resend
 spans the drain had already delivered.
 """
 
-from verl_otel_bridge.export.spill.exporter import SpillingSpanExporter
-from verl_otel_bridge.export.spill.health import Health
-from verl_otel_bridge.export.spill.settings import FROM_DESTINATION, FROM_QUEUE, SpillSettings
-from verl_otel_bridge.export.spill.spill import Spill
+from verl_otel_bridge.pipeline.spill.exporter import SpillingSpanExporter
+from verl_otel_bridge.pipeline.spill.health import Health
+from verl_otel_bridge.pipeline.spill.settings import FROM_DESTINATION, FROM_QUEUE, SpillSettings
+from verl_otel_bridge.pipeline.spill.spill import Spill
 
 __all__ = ["FROM_DESTINATION", "FROM_QUEUE", "Health", "Spill", "SpillSettings", "SpillingSpanExporter"]

@@ -1,1 +1,0 @@
-"""From ended spans to exporters: the processors, the export queue and the exporter chain (pipeline)."""
