@@ -57,7 +57,7 @@ class Route:
             )
         else:
             why = f"exporter={local!r} configured"
-        if config.enabled and local == "jsonl":
+        if config.enabled and "jsonl" in (local, *copies):
             why += f"; JSON Lines to {config.jsonl_path}"
         return cls(config.enabled, primary, wants, explicit, local, tuple(copies), why)
 
