@@ -107,10 +107,38 @@ async def bench(rounds: int, prompts: int, n: int, exporter: str, latency_s: flo
                 samples[arm].append(await timed(worker, batch(), arm))
         results[f"{agent_name}@{latency * 1000:g}"] = summarise(samples, prompts * n, calls, spans)
     os.environ.pop(SWITCH_ENV, None)
+    results["rollout_trace_op_us"] = await trace_op_cost(20_000, max(rounds, 5))
     status = bridge.status()
     bridge.shutdown()
     results["spans_exported"] = status["counters"]["exported"]
     return results
+
+
+async def trace_op_cost(calls: int, rounds: int) -> dict[str, float]:
+    """CPU µs per call of a method decorated by verl's ``rollout_trace_op`` with backend ``otel``: verl's own
+    wrapper, the plugin's pass-through (what verl's modules are decorated with), the bare method; medians."""
+    from verl.utils import rollout_trace
+
+    plugins = rollout_trace.rollout_trace_op
+    verls = getattr(plugins, "__wrapped__", plugins)
+
+    class Client:  # LLMServerClient.generate's parameters
+        async def generate(
+            self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], image_data: Any = None
+        ) -> None:
+            return None
+
+    variants = {"verl": verls(Client.generate), "plugin": plugins(Client.generate), "bare": Client.generate}
+    rollout_trace.RolloutTraceConfig.get_instance().backend = BACKEND
+    client, prompt, params = Client(), [1, 2, 3], {"temperature": 1.0}
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, method in variants.items():
+            started = time.thread_time()
+            for _ in range(calls):
+                await method(client, "r", prompt_ids=prompt, sampling_params=params)
+            samples[name].append(1e6 * (time.thread_time() - started) / calls)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def _paired(samples: dict[str, list[tuple[float, float, float]]], top: str, bottom: str, clock: int) -> float:
@@ -141,6 +169,7 @@ def summarise(
 
 
 def markdown(results: dict[str, Any], rounds: int, exporter: str) -> str:
+    op = results["rollout_trace_op_us"]
     rows = []
     for key, r in results.items():
         if "@" not in key:
@@ -171,6 +200,10 @@ def markdown(results: dict[str, Any], rounds: int, exporter: str) -> str:
             "| off per trajectory (µs) | text per generate turn (µs) |",
             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
+            "",
+            "verl's `rollout_trace_op` with backend `otel`, CPU µs per call of a decorated method with",
+            "`LLMServerClient.generate`'s parameters (medians of 20,000 calls a round): verl's own wrapper "
+            f"{op['verl']:.2f}, the plugin's pass-through {op['plugin']:.2f}, the bare method {op['bare']:.2f}.",
             "",
             END,
         ]
