@@ -19,4 +19,5 @@ def test_verl_overhead_benchmark_runs_and_prints_its_table() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| `")]
     assert len(rows) == 12  # two loops x two latencies x wall, process CPU, caller CPU
-    assert all("%" in row for row in rows)
+    assert all(row.count("**") == 2 for row in rows)  # each with its plugin on / backend unset ratio
+    assert "the plugin's pass-through" in done.stdout  # rollout_trace_op's cost per call
