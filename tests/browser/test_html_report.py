@@ -73,6 +73,12 @@ def _row(dom: str, lane: str) -> str:
     return found.group(0)
 
 
+def _marks(row: str) -> list[str]:
+    found = re.search(r'data-marks="([^"]*)"', row)
+    assert found is not None, row[:200]
+    return found.group(1).split()
+
+
 def _point(dom: str, lane: str) -> str:
     found = re.search(rf"<circle [^>]*><title>{re.escape(lane)}: [^<]*</title></circle>", dom)
     assert found is not None, lane
@@ -105,16 +111,23 @@ def test_stragglers_and_errors_are_marked_with_a_legend_in_the_scatter_and_the_w
 ) -> None:
     dom, console = render(demo_page, tmp_path / "profile")
     assert console == [], console
+    # Which sessions are stragglers is the report's call (a loaded machine can slow another one past
+    # the factor); the planted straggler always is one, and the marks follow the report exactly.
+    (step,) = build_report([demo_page.parent / "demo.jsonl"]).steps
+    stragglers = {s.state_lane_id for s in step.stragglers}
+    assert STRAGGLER in stragglers
     # The waterfall: the straggler and the session whose tool raised say so (it finished "success").
-    assert 'data-marks="straggler"' in _row(dom, STRAGGLER) and "[success, straggler]" in _row(dom, STRAGGLER)
+    assert "straggler" in _marks(_row(dom, STRAGGLER))
+    assert "[success, straggler" in _row(dom, STRAGGLER)
     failing = _row(dom, FAILING)
-    assert 'data-marks="error"' in failing and "[success, error]" in failing
-    # The scatter: only the straggler is red, the failing session has the error ring, the rest are plain.
-    points = re.findall(r'<circle [^>]*data-marks="([^"]*)"', dom)
-    assert len(points) == demo.SESSIONS
-    assert sorted(m for m in points if m) == ["error", "straggler"]
+    assert "error" in _marks(failing) and ", error]" in failing
+    # The scatter: the stragglers (only they) red, the failing session with the error ring, the rest plain.
+    marks = {lane: found for found, lane in re.findall(r'<circle [^>]*data-marks="([^"]*)"><title>([^:]+):', dom)}
+    assert len(marks) == demo.SESSIONS
+    assert {lane for lane, found in marks.items() if "straggler" in found} == stragglers
+    assert {lane for lane, found in marks.items() if "error" in found} == {FAILING}
     scatter = dom[dom.index('<svg class="scatter"') :]
-    assert 'fill="#d62728"' in _point(dom, STRAGGLER) and scatter.count('fill="#d62728"') == 1
+    assert 'fill="#d62728"' in _point(dom, STRAGGLER) and scatter.count('fill="#d62728"') == len(stragglers)
     assert 'stroke="#7b3294"' in _point(dom, FAILING)
     legends = re.findall(r'<div class="legend">(.*?)</div>', dom, re.S)
     assert len(legends) == 2 and all("straggler" in legend and "error" in legend for legend in legends)
