@@ -140,6 +140,18 @@ ERROR_TYPE = "error.type"
 #: On the session span: how many of its tool calls failed (its ``status`` stays verl's).
 FAILED_TOOL_CALLS = "failed_tool_calls"
 
+# -- the trainer's steps (verl_otel_bridge.verl.trainer) -------------------------------------
+
+#: One per training step on the trainer: ``project``, ``experiment_name`` and ``global_steps``.
+TRAINING_STEP_SPAN_NAME = "training_step"
+#: On each phase span (named by verl's timer, e.g. ``gen``): that name, so a phase is known by it.
+PHASE = "training.phase"
+#: Records in a step's trace holding the step's metrics as verl logged them, under
+#: ``STEP_METRIC_PREFIX`` + verl's key (e.g. ``metric.timing_s/gen``); each record also carries
+#: the step's ``project``, ``experiment_name`` and ``global_steps``.
+STEP_METRICS_SPAN_NAME = "training_step.metrics"
+STEP_METRIC_PREFIX = "metric."
+
 # -- how sessions and tasks end ----------------------------------------------------------
 
 #: ``finish(status=...)`` / ``set_result(status=...)`` values (lower-cased) that end the span with status ERROR.

@@ -49,6 +49,7 @@ from verl_otel_bridge.protocol import (
     UNFINISHED,
 )
 from verl_otel_bridge.records import iter_lines, parse_json
+from verl_otel_bridge.report.phases import PhaseCollector, StepPhases, by_step
 from verl_otel_bridge.tree import display
 
 #: Span segments kept per session for the waterfall; later ones are counted, not kept.
@@ -146,6 +147,8 @@ class StepReport:
     points: list[tuple[float, float, int, str]] = field(default_factory=list)
     #: The ``state_lane_id`` of each session among ``points`` that had an error span or ended in error.
     point_errors: set[str] = field(default_factory=set)
+    #: The trainer's ``training_step`` of this step: its phases, metrics and sessions (see :mod:`.phases`).
+    trainer: StepPhases | None = None
 
 
 @dataclass
@@ -342,6 +345,7 @@ def build_report(
         OSError: a file cannot be read.
     """
     aggregator = _Aggregator(step, max(1, top))
+    phases = PhaseCollector()
     bad = 0
     examples: list[tuple[str, int, str]] = []
     not_captures: list[str] = []
@@ -356,9 +360,10 @@ def build_report(
                     continue
                 records += 1
                 aggregator.add(record)
+                phases.add(record)
         if not records:
             not_captures.append(os.fspath(path))
-    steps = _steps(aggregator, max_listed, straggler_factor)
+    steps = _with_trainer(_steps(aggregator, max_listed, straggler_factor), phases.steps(step))
     present = sorted(aggregator.steps_seen, key=_step_order)
     files = [os.fspath(p) for p in paths]
     return Report(steps, files, aggregator.spans, aggregator.outside, bad, examples, present, not_captures)
@@ -396,6 +401,15 @@ def _steps(aggregator: _Aggregator, max_listed: int, straggler_factor: float) ->
         _rewards(report, step, finished, slow_keys)
         reports.append(report)
     return reports
+
+
+def _with_trainer(steps: list[StepReport], trainer: list[StepPhases]) -> list[StepReport]:
+    """Each step with its ``training_step`` (a step the trainer traced but no session reached is added)."""
+    found = by_step(trainer)
+    for report in steps:
+        report.trainer = found.pop(report.step, None)
+    steps.extend(StepReport(step=value, trainer=phases) for value, phases in found.items())
+    return sorted(steps, key=lambda report: _step_order(report.step))
 
 
 def _summary(step: Any, lane: str, s: _Session, *, segments: bool = True) -> SessionSummary:

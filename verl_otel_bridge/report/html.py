@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from verl_otel_bridge._version import __version__
 from verl_otel_bridge.protocol import FAILED_STATUSES
 from verl_otel_bridge.report.aggregate import Report, SessionSummary, StepReport
+from verl_otel_bridge.report.phases import StepPhases, phase_rows
 from verl_otel_bridge.report.rows import (
     ERROR_COLUMNS,
     LISTED,
@@ -52,6 +53,7 @@ svg text { font: 11px system-ui, sans-serif; fill: #222; }
 .legend span { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }
 .legend span.mark { background: none; border: 3px solid; width: 8px; height: 8px; }
 .legend span.ring { background: #fff; border: 2px solid; border-radius: 50%; width: 8px; height: 8px; }
+table.phases td.l { white-space: pre; }
 """
 
 _SCRIPT = """
@@ -67,7 +69,7 @@ _SCRIPT = """
 })();
 """
 
-_LEFT = ("step", "slowest session", "uid", "last span", "first error", "server", "status")
+_LEFT = ("step", "slowest session", "uid", "last span", "first error", "server", "status", "phase", "metric")
 
 
 def render_html(report: Report) -> str:
@@ -101,6 +103,8 @@ def _step(step: StepReport) -> str:
         f"<p>{step.sessions} sessions, {step.finished} finished; duration p50 {seconds(step.p50_s)}, "
         f"p90 {seconds(step.p90_s)}, max {seconds(step.max_s)}; {step.error_spans} error spans.</p>",
     ]
+    if step.trainer is not None:
+        out.append(_trainer(step.trainer))
     for s in step.stragglers:
         ratio = s.duration_s / step.p50_s if step.p50_s else float("inf")
         out.append(
@@ -299,3 +303,73 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     first = math.floor(low / step + 1e-9)
     last = max(first + 1, math.ceil(high / step - 1e-9))
     return [round(i * step, 10) for i in range(first, last + 1)]
+
+
+# --------------------------------------------------------------------------- the trainer's step
+# A training step (verl_otel_bridge.verl.trainer) as a timeline: the step, each phase indented by
+# its nesting, and under each phase the sessions that ran in it (``gen``'s rollouts).
+
+#: Session rows drawn under a phase (all are counted).
+TIMELINE_SESSIONS = 40
+PHASE_COLOURS = {"training_step": "#9D9D9D", "phase": "#4C78A8", "session": "#F58518", "error": "#D62728"}
+
+
+def _trainer(trainer: StepPhases) -> str:
+    e = html.escape
+    error = ' <span class="warn">(ended with an error)</span>' if trainer.error else ""
+    out = [
+        f'<div class="trainer" data-step="{e(str(trainer.step))}">',
+        f"<h3>Training step: {seconds(trainer.seconds)}{error}</h3>",
+        _table(phase_rows(trainer), "phases"),
+        _timeline(trainer),
+    ]
+    if trainer.metrics:
+        rows = [{"metric": key, "value": str(value)} for key, value in sorted(trainer.metrics.items())]
+        out.append(
+            f'<details class="metrics"><summary>{len(rows)} metrics verl logged for this step</summary>'
+            f"{_table(rows, 'metrics')}</details>"
+        )
+    out.append("</div>")
+    return "\n".join(out)
+
+
+def _timeline(trainer: StepPhases) -> str:
+    e = html.escape
+    label_w, plot_w, row_h, top = 300, 640, 20, 24
+    ticks = nice_ticks(0.0, trainer.seconds or 1e-3)
+    scale = plot_w / ticks[-1]
+    rows: list[tuple[str, str, int, int, str, str]] = [
+        ("training_step", f"training_step {trainer.step}", trainer.start_ns, trainer.end_ns, "training_step", "")
+    ]
+    cut = trainer.sessions_cut
+    for phase in trainer.phases:
+        kind = "error" if phase.error else "phase"
+        rows.append((kind, "  " * (phase.depth + 1) + phase.name, phase.start_ns, phase.end_ns, "phase", phase.name))
+        under = trainer.sessions_under(phase.name)
+        cut += max(0, len(under) - TIMELINE_SESSIONS)
+        for session in under[:TIMELINE_SESSIONS]:
+            kind = "error" if session.status in ("error", "cancelled", "unfinished") else "session"
+            label = "  " * (phase.depth + 2) + session.state_lane_id
+            rows.append((kind, label, session.start_ns, session.end_ns, "timeline-session", session.state_lane_id))
+    height = top + row_h * len(rows) + 8
+    svg_w = label_w + plot_w + 20
+    out = [f'<svg class="timeline" viewBox="0 0 {svg_w} {height}" width="{svg_w}" height="{height}" role="img">']
+    for tick in ticks:
+        x = label_w + tick * scale
+        out.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height}" stroke="#e5e5e5"/>')
+        out.append(f'<text x="{x:.1f}" y="{top - 10}" text-anchor="middle">{tick:g} s</text>')
+    for row, (kind, label, start, end, css, data) in enumerate(rows):
+        y = top + row * row_h
+        x = label_w + max(0.0, (start - trainer.start_ns) / 1e9) * scale
+        width = max(1.0, (end - start) / 1e9 * scale)
+        attribute = "data-lane" if css == "timeline-session" else "data-phase"
+        out.append(f'<g class="{css}" {attribute}="{e(data)}">')
+        out.append(
+            f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end" xml:space="preserve">{e(label)}</text>'
+            f'<rect x="{x:.1f}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" fill="{PHASE_COLOURS[kind]}">'
+            f"<title>{e(label.strip())}: {(end - start) / 1e9:.3f} s</title></rect></g>"
+        )
+    out.append("</svg>")
+    legend = "".join(f'<span style="background:{c}"></span>{e(k)}' for k, c in PHASE_COLOURS.items())
+    more = f'<p class="note">... and {cut} more sessions, not drawn.</p>' if cut else ""
+    return "\n".join(out) + f'<div class="legend">{legend}</div>{more}'

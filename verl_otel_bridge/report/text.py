@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from verl_otel_bridge.report.aggregate import Report, SessionSummary, StepReport
+from verl_otel_bridge.report.phases import PHASE_COLUMNS, StepPhases, phase_rows
 from verl_otel_bridge.report.rows import (
     ERROR_COLUMNS,
     LISTED,
@@ -52,6 +53,8 @@ def _step(step: StepReport) -> list[RenderableType]:
             style="bold",
         )
     ]
+    if step.trainer is not None:
+        parts.extend(_phases(step.trainer))
     if step.slowest:
         parts.append(_sessions(f"slowest sessions of step {step.step}", step.slowest, SLOWEST_COLUMNS))
     for s in step.stragglers:
@@ -110,3 +113,19 @@ def _sessions(title: str, sessions: Sequence[SessionSummary], columns: Sequence[
         row = session_row(s)
         table.add_row(*(_text(row[c]) for c in columns))
     return table
+
+
+def _phases(trainer: StepPhases) -> list[RenderableType]:
+    """The step's phase breakdown: each of verl's timers, its seconds and share of the training step."""
+    from rich.text import Text
+
+    header = Text(
+        f"phases: training_step {seconds(trainer.seconds)}, {len(trainer.metrics)} metrics logged"
+        + (" (ended with an error)" if trainer.error else "")
+    )
+    table = _table("")
+    for column in PHASE_COLUMNS:
+        table.add_column(column, justify="left" if column == "phase" else "right")
+    for row in phase_rows(trainer):
+        table.add_row(*(Text(row[c]) for c in PHASE_COLUMNS))
+    return [header, table]

@@ -87,6 +87,11 @@ _EXPECTED: dict[str, tuple[str, ...]] = {
     "ToolAgentLoop._call_tool": ("tool_call", "tools_kwargs", "agent_data"),
     "LLMServerClient.generate": ("request_id", "prompt_ids"),
     "LLMServerClient._acquire_server": ("request_id",),
+    # verl.trainer.ppo.ray_trainer and verl.utils.tracking (verl_otel_bridge.verl.trainer)
+    "marked_timer": ("name", "timing_raw"),
+    "RayPPOTrainer.fit": (),
+    "Tracking.__init__": ("project_name", "experiment_name", "config"),
+    "Tracking.log": ("data", "step"),
 }
 
 
@@ -184,9 +189,8 @@ def _record_and_end(what: str, scope: AbstractContextManager[Any], record: Calla
 
 
 def _recognised(module: ModuleType, target: str) -> bool:
-    owner, _, method = target.partition(".")
     try:
-        function = getattr(getattr(module, owner), method)
+        function: Any = functools.reduce(getattr, target.split("."), module)
         parameters = inspect.signature(function).parameters
     except (AttributeError, TypeError, ValueError):
         parameters = None
@@ -311,17 +315,32 @@ def _worker_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
             ``VERL_OTEL_BRIDGE_*`` variable, naming key and fix, so the worker fails at start.
     """
     wrapped(instance, *args, **kwargs)
+    configure_from_verl(instance.config, _verl_backend)
+
+
+def _verl_backend() -> Any:
+    trace_config = _rollout_trace_config()
+    return trace_config.backend if trace_config is not None else None
+
+
+def configure_from_verl(verl_config: Any, backend: Callable[[], Any]) -> None:
+    """Give a process with no bridge yet one from verl's config and its environment, if :func:`wanted`
+    (with the rollout-trace backend ``backend()`` returns).
+
+    Raises:
+        ValueError: a bad ``actor_rollout_ref.rollout.trace.otel_bridge`` setting or
+            ``VERL_OTEL_BRIDGE_*`` variable, naming key and fix.
+    """
     if current.current_bridge() is not None:
         return
     try:
-        trace_config = _rollout_trace_config()
-        if not wanted(trace_config.backend if trace_config is not None else None):
+        if not wanted(backend()):
             return
     except Exception as exc:  # noqa: BLE001
         _warn("reading the backend", exc)
         return
     try:
-        config = destination.worker_config(instance.config)
+        config = destination.worker_config(verl_config)
     except ValueError:
         raise
     except Exception as exc:  # noqa: BLE001 - a config shape we do not know: the environment alone decides
