@@ -43,6 +43,7 @@ docs: $(READY)  ## the documentation site, built strictly into site/
 bench: $(READY)  ## benchmarks against bare OpenTelemetry and verl's direct RL-Insight calls, and the plugin inside real verl
 	$(BIN)/nox -s bench
 	$(BIN)/nox -s verl -- bench
+	$(BIN)/nox -s verl -- bench-trainer
 
 clean:
 	rm -rf $(VENV) .nox .pytest_cache site

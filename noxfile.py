@@ -293,7 +293,8 @@ def verl(session: nox.Session, verl: str) -> None:
     As root, pytest runs in a loopback-only network namespace, where ``test_phoenix.py`` starts Phoenix
     from the ``backends(phoenix)`` environment (built by ``nox -s backends``, which ``make test`` runs first).
 
-    ``nox -s verl -- bench [options]`` runs ``bench/verl_overhead.py`` in this environment instead.
+    ``nox -s verl -- bench [options]`` runs ``bench/verl_overhead.py`` in this environment instead,
+    ``nox -s verl -- bench-trainer [options]`` ``bench/trainer_phases.py``.
     """
     python = install_once(
         session,
@@ -305,8 +306,9 @@ def verl(session: nox.Session, verl: str) -> None:
         "fastapi",
         "rl-insight==0.3.0",
     )
-    if session.posargs[:1] == ["bench"]:
-        session.run(python, "bench/verl_overhead.py", *session.posargs[1:], env=LOOPBACK_ENV, external=True)
+    benches = {"bench": "bench/verl_overhead.py", "bench-trainer": "bench/trainer_phases.py"}
+    if session.posargs[:1] and session.posargs[0] in benches:
+        session.run(python, benches[session.posargs[0]], *session.posargs[1:], env=LOOPBACK_ENV, external=True)
         return
     command = [python, "-m", "pytest", "tests/verl", *session.posargs]
     phoenix = Path(nox.options.envdir) / "backends-phoenix" / "bin" / "phoenix"
