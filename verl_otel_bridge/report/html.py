@@ -335,22 +335,23 @@ def _trainer(trainer: StepPhases) -> str:
 
 def _timeline(trainer: StepPhases) -> str:
     e = html.escape
-    label_w, plot_w, row_h, top = 300, 640, 20, 24
+    label_w, plot_w, row_h, top = 330, 610, 20, 24
     ticks = nice_ticks(0.0, trainer.seconds or 1e-3)
     scale = plot_w / ticks[-1]
-    rows: list[tuple[str, str, int, int, str, str]] = [
-        ("training_step", f"training_step {trainer.step}", trainer.start_ns, trainer.end_ns, "training_step", "")
+    # (colour key, indent, label, start, end, css class, data value)
+    rows: list[tuple[str, int, str, int, int, str, str]] = [
+        ("training_step", 0, f"training_step {trainer.step}", trainer.start_ns, trainer.end_ns, "training_step", "")
     ]
     cut = trainer.sessions_cut
     for phase in trainer.phases:
         kind = "error" if phase.error else "phase"
-        rows.append((kind, "  " * (phase.depth + 1) + phase.name, phase.start_ns, phase.end_ns, "phase", phase.name))
+        rows.append((kind, phase.depth + 1, phase.name, phase.start_ns, phase.end_ns, "phase", phase.name))
         under = trainer.sessions_under(phase.name)
         cut += max(0, len(under) - TIMELINE_SESSIONS)
         for session in under[:TIMELINE_SESSIONS]:
             kind = "error" if session.status in ("error", "cancelled", "unfinished") else "session"
-            label = "  " * (phase.depth + 2) + session.state_lane_id
-            rows.append((kind, label, session.start_ns, session.end_ns, "timeline-session", session.state_lane_id))
+            lane = session.state_lane_id
+            rows.append((kind, phase.depth + 2, lane, session.start_ns, session.end_ns, "timeline-session", lane))
     height = top + row_h * len(rows) + 8
     svg_w = label_w + plot_w + 20
     out = [f'<svg class="timeline" viewBox="0 0 {svg_w} {height}" width="{svg_w}" height="{height}" role="img">']
@@ -358,16 +359,16 @@ def _timeline(trainer: StepPhases) -> str:
         x = label_w + tick * scale
         out.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height}" stroke="#e5e5e5"/>')
         out.append(f'<text x="{x:.1f}" y="{top - 10}" text-anchor="middle">{tick:g} s</text>')
-    for row, (kind, label, start, end, css, data) in enumerate(rows):
+    for row, (kind, indent, label, start, end, css, data) in enumerate(rows):
         y = top + row * row_h
         x = label_w + max(0.0, (start - trainer.start_ns) / 1e9) * scale
         width = max(1.0, (end - start) / 1e9 * scale)
         attribute = "data-lane" if css == "timeline-session" else "data-phase"
         out.append(f'<g class="{css}" {attribute}="{e(data)}">')
         out.append(
-            f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end" xml:space="preserve">{e(label)}</text>'
+            f'<text x="{4 + 14 * indent}" y="{y + 14}">{e(label)}</text>'
             f'<rect x="{x:.1f}" y="{y + 3}" width="{width:.1f}" height="{row_h - 6}" fill="{PHASE_COLOURS[kind]}">'
-            f"<title>{e(label.strip())}: {(end - start) / 1e9:.3f} s</title></rect></g>"
+            f"<title>{e(label)}: {(end - start) / 1e9:.3f} s</title></rect></g>"
         )
     out.append("</svg>")
     legend = "".join(f'<span style="background:{c}"></span>{e(k)}' for k, c in PHASE_COLOURS.items())
