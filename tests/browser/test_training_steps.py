@@ -51,15 +51,17 @@ def test_each_step_is_drawn_as_its_phases_with_the_sessions_under_gen(steps_page
     assert dom.count('<details class="metrics">') == 2
 
 
-def test_screenshot_of_a_step(tmp_path: Path) -> None:
-    """docs/verl.md's picture: the first step's section (the report of that step alone)."""
-    page = tmp_path / "step.html"
-    page.write_text(render_html(build_report([CAPTURE], step=1)), encoding="utf-8")
-    target = Path(os.environ.get(SCREENSHOT_DIR_ENV) or tmp_path) / "verl-training-step.png"
+def test_screenshot_of_a_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/verl.md's picture: the second step's section (the report of that step alone; the first step's
+    ``gen`` also waited for the Ray workers to start)."""
+    target = Path(os.environ.get(SCREENSHOT_DIR_ENV) or tmp_path).resolve() / "verl-training-step.png"
     target.parent.mkdir(parents=True, exist_ok=True)
+    page = tmp_path / "step.html"
+    monkeypatch.chdir(CAPTURE.parent)  # the page names the capture as given: no path of this machine
+    page.write_text(render_html(build_report([CAPTURE.name], step=2)), encoding="utf-8")
     command = [
         *chromium.command(tmp_path / "profile"),
-        "--window-size=1000,900",
+        "--window-size=1000,1000",
         f"--screenshot={target}",
         page.as_uri(),
     ]
