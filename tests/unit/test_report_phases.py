@@ -4,6 +4,7 @@ training steps (the trainer's spans and its Ray workers'), read as it is and shu
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -12,7 +13,8 @@ from verl_otel_bridge.cli import app as cli
 from verl_otel_bridge.report import build_report
 from verl_otel_bridge.report.phases import phase_rows
 
-CAPTURE = Path(__file__).resolve().parents[1] / "browser" / "fixtures" / "verl-training-steps.jsonl"
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURE = ROOT / "tests" / "browser" / "fixtures" / "verl-training-steps.jsonl"
 
 
 def test_each_step_has_its_phases_metrics_and_the_sessions_under_gen() -> None:
@@ -56,3 +58,14 @@ def test_the_cli_prints_the_phase_breakdown_of_one_step() -> None:
     assert done.output.count("phases: training_step") == 1
     (gen,) = [line.split() for line in done.output.splitlines() if line.split()[:1] == ["gen"]]
     assert gen[2].endswith("%") and gen[3] == "4"
+
+
+def test_the_phase_breakdown_verl_md_shows_is_the_reports() -> None:
+    page = (ROOT / "docs" / "verl.md").read_text(encoding="utf-8")
+    found = re.search(r"test_the_phase_breakdown_verl_md_shows_is_the_reports -->\n```text\n(.*?)```", page, re.S)
+    assert found is not None
+    done = CliRunner().invoke(cli.build_cli(), ["report", str(CAPTURE)], catch_exceptions=False)
+    printed = [line.rstrip() for line in done.output.splitlines()]
+    shown = [line.rstrip() for line in found.group(1).splitlines()]
+    start = printed.index(shown[0])
+    assert printed[start : start + len(shown)] == shown
