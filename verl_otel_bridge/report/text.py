@@ -47,8 +47,9 @@ def renderables(report: Report) -> list[RenderableType]:
 
 def _step(step: StepReport) -> list[RenderableType]:
     parts: list[RenderableType] = [
+        _text(""),  # a blank line before each step (a newline inside the text would be escaped)
         _text(
-            f"\nstep {step.step}: {step.sessions} sessions, {step.finished} finished; duration p50 "
+            f"step {step.step}: {step.sessions} sessions, {step.finished} finished; duration p50 "
             f"{seconds(step.p50_s)}, p90 {seconds(step.p90_s)}, max {seconds(step.max_s)}",
             style="bold",
         )
@@ -117,9 +118,7 @@ def _sessions(title: str, sessions: Sequence[SessionSummary], columns: Sequence[
 
 def _phases(trainer: StepPhases) -> list[RenderableType]:
     """The step's phase breakdown: each of verl's timers, its seconds and share of the training step."""
-    from rich.text import Text
-
-    header = Text(
+    header = _text(
         f"phases: training_step {seconds(trainer.seconds)}, {len(trainer.metrics)} metrics logged"
         + (" (ended with an error)" if trainer.error else "")
     )
@@ -127,5 +126,5 @@ def _phases(trainer: StepPhases) -> list[RenderableType]:
     for column in PHASE_COLUMNS:
         table.add_column(column, justify="left" if column == "phase" else "right")
     for row in phase_rows(trainer):
-        table.add_row(*(Text(row[c]) for c in PHASE_COLUMNS))
+        table.add_row(*(_text(row[c]) for c in PHASE_COLUMNS))
     return [header, table]
