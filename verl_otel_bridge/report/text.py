@@ -52,7 +52,7 @@ def _step(step: StepReport) -> list[RenderableType]:
             f"step {step.step}: {step.sessions} sessions, {step.finished} finished; duration p50 "
             f"{seconds(step.p50_s)}, p90 {seconds(step.p90_s)}, max {seconds(step.max_s)}",
             style="bold",
-        )
+        ),
     ]
     if step.trainer is not None:
         parts.extend(_phases(step.trainer))
