@@ -831,7 +831,7 @@ def _export_capacity(
     the bursts above measure it while the caller makes spans on the same cores.
     """
     from verl_otel_bridge import Bridge, BridgeConfig
-    from verl_otel_bridge.exporters import RLInsightSpanExporter
+    from verl_otel_bridge.rl_insight.exporter import RLInsightSpanExporter
 
     transports = {"e": {}, "e_hub": {"rl_insight_transport": "hub"}}
     exporters = {key: RLInsightSpanExporter(config=BridgeConfig.resolve(**base, **transports[key])) for key in keys}

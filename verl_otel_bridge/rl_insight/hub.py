@@ -72,7 +72,10 @@ class HubTransport:
             except Exception as exc:  # noqa: BLE001 - e.g. "Failed to submit task to actor" after ray.shutdown()
                 outcome = self._confirm(hub) if index else None
                 return outcome if outcome is not None and outcome.problem else HubOutcome(index, error=exc)
-        return self._confirm(hub) or HubOutcome(len(spans))
+        outcome = self._confirm(hub)
+        if outcome is not None and outcome.unconfirmed:
+            return HubOutcome(len(spans), unconfirmed=True)  # handed over, not confirmed: counted as sent
+        return outcome or HubOutcome(len(spans))
 
     def _confirm(self, hub: Any) -> HubOutcome | None:
         """None when the hub took the batch; else why not (and remember a dead hub)."""
