@@ -72,6 +72,38 @@ def open_private_new(path: str | os.PathLike[str], flags: int = os.O_WRONLY | os
     return os.open(path, flags | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, FILE_MODE)
 
 
+def open_private_output(path: str | os.PathLike[str], *, truncate: bool = False) -> int:
+    """Open ``path`` for appending (or, with ``truncate``, for writing anew), creating it ``0600``.
+
+    For a path the user names (``jsonl_path``, ``report --html``): an existing file of
+    the user's own is used as it is, a link is never followed, a regular file another
+    user owns is refused, and opening never waits (a FIFO nobody reads fails at once).
+    Returns the descriptor.
+
+    Raises:
+        UnsafePathError: a link, or a regular file another user owns.
+        OSError: it cannot be opened.
+    """
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    try:
+        how = os.O_TRUNC if truncate else os.O_APPEND
+        fd = os.open(path, os.O_WRONLY | how | os.O_CREAT | _NOFOLLOW | _CLOEXEC | nonblock, FILE_MODE)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise UnsafePathError(f"{path} is a symbolic link") from exc
+        raise
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_uid != os.geteuid():
+            raise UnsafePathError(f"{path} belongs to another user (uid {info.st_uid})")
+        if nonblock:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def open_private_read(path: str | os.PathLike[str]) -> int:
     """Open the existing ``path`` for reading; only a regular file of the user's own with no group or other bits.
 

@@ -11,6 +11,7 @@ import pytest
 from verl_otel_bridge.private_files import (
     UnsafePathError,
     open_private_new,
+    open_private_output,
     open_private_read,
     private_dir,
 )
@@ -115,3 +116,56 @@ def test_reading_refuses_a_file_of_another_user(tmp_path: Path) -> None:
     os.chown(planted, NOBODY, NOBODY)
     with pytest.raises(UnsafePathError, match=f"uid {NOBODY}"):
         open_private_read(planted)
+
+
+def test_a_jsonl_capture_is_created_0600_and_appended_to_as_the_users_own(tmp_path: Path) -> None:
+    from verl_otel_bridge.exporters.jsonl import JsonlSpanExporter
+
+    path = tmp_path / "new" / "spans.jsonl"
+    JsonlSpanExporter(path).shutdown()
+    assert mode(path) == 0o600
+    assert mode(path.parent) == 0o700
+    path.write_text("kept\n")
+    fd = open_private_output(path)  # the user's own file: appended to as it is
+    os.write(fd, b"more\n")
+    os.close(fd)
+    assert path.read_text() == "kept\nmore\n"
+
+
+def test_a_jsonl_capture_refuses_a_link_and_another_users_file(tmp_path: Path) -> None:
+    from verl_otel_bridge.config import ConfigError
+    from verl_otel_bridge.exporters.jsonl import JsonlSpanExporter
+
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    (tmp_path / "link.jsonl").symlink_to(target)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        JsonlSpanExporter(tmp_path / "link.jsonl")
+    if os.geteuid() == 0:
+        planted = tmp_path / "planted.jsonl"
+        planted.write_text("")
+        os.chown(planted, NOBODY, NOBODY)
+        with pytest.raises(ConfigError, match="another user"):
+            JsonlSpanExporter(planted)
+
+
+def test_the_html_report_is_written_0600_and_never_through_a_link(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    import verl_otel_bridge as vob
+    from verl_otel_bridge.cli.app import build_cli
+
+    capture = tmp_path / "spans.jsonl"
+    bridge = vob.Bridge(vob.BridgeConfig(exporter="jsonl", jsonl_path=str(capture), spill_max_bytes=0))
+    with bridge.session(sample=0, session=0, global_steps=1):
+        pass
+    bridge.shutdown()
+    runner = CliRunner()
+    done = runner.invoke(build_cli(), ["report", str(capture), "--html", str(tmp_path / "r.html")])
+    assert done.exit_code == 0, done.output
+    assert mode(tmp_path / "r.html") == 0o600
+    (tmp_path / "elsewhere.html").write_text("")
+    (tmp_path / "link.html").symlink_to(tmp_path / "elsewhere.html")
+    done = runner.invoke(build_cli(), ["report", str(capture), "--html", str(tmp_path / "link.html")])
+    assert done.exit_code != 0
+    assert (tmp_path / "elsewhere.html").read_text() == ""

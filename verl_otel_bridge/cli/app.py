@@ -41,6 +41,7 @@ from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.cli.doctor import SERVER_TIMEOUT_S, diagnose
 from verl_otel_bridge.cli.replay import replay_pipeline, replay_records, start_ray_for
 from verl_otel_bridge.config import BridgeConfig
+from verl_otel_bridge.private_files import open_private_output
 from verl_otel_bridge.records import capture_files, read_records
 
 if TYPE_CHECKING:
@@ -210,7 +211,8 @@ def build_cli() -> click.Group:
             from verl_otel_bridge.report.html import render_html
 
             try:
-                html_out.write_text(render_html(built), encoding="utf-8")
+                with os.fdopen(open_private_output(html_out, truncate=True), "w", encoding="utf-8") as page:
+                    page.write(render_html(built))
             except OSError as exc:
                 raise click.ClickException(f"--html {html_out}: cannot write it ({exc.strerror or exc})") from None
             err().print(Text(f"wrote {html_out}"))

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from verl_otel_bridge.config import ConfigError
 from verl_otel_bridge.forks import reinit_after_fork
 from verl_otel_bridge.logs import OnceLogger
+from verl_otel_bridge.private_files import DIRECTORY_MODE, open_private_output
 from verl_otel_bridge.records import span_to_record
 
 logger = logging.getLogger(__name__)
@@ -73,10 +74,10 @@ class JsonlSpanExporter(SpanExporter):
 
     def _open(self) -> BinaryIO:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
             # Unbuffered, so one batch is one write(2) in append mode and a forked
             # child inherits no half-written buffer (nor the buffer's lock).
-            return self.path.open("ab", buffering=0)
+            return os.fdopen(open_private_output(self.path), "ab", buffering=0)
         except OSError as exc:
             raise ConfigError(
                 f"verl_otel_bridge: jsonl_path={self._given!r} cannot be opened for appending: {exc}", "jsonl_path"
