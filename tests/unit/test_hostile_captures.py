@@ -106,8 +106,18 @@ ATTRIBUTES = (
     "elapsed_s",
     "turns",
     "last_span",
+    "training.phase",
+    "metric.timing_s/gen",
 )
-NAMES = ("agent_session", "agent_turn", "agent_task", "agent_session.progress", "x")
+NAMES = (
+    "agent_session",
+    "agent_turn",
+    "agent_task",
+    "agent_session.progress",
+    "training_step",
+    "training_step.metrics",
+    "x",
+)
 
 
 @st.composite

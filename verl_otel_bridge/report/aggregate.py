@@ -50,6 +50,7 @@ from verl_otel_bridge.protocol import (
 )
 from verl_otel_bridge.records import iter_lines, parse_json
 from verl_otel_bridge.report.phases import PhaseCollector, StepPhases, by_step
+from verl_otel_bridge.report.values import finite_number, step_key, time_ns
 from verl_otel_bridge.tree import display
 
 #: Span segments kept per session for the waterfall; later ones are counted, not kept.
@@ -59,7 +60,6 @@ MAX_SCATTER_POINTS = 500
 #: Bad lines remembered (all are counted).
 MAX_BAD_LINES = 20
 _NS = 1e9
-_MAX_NS = 1 << 63
 #: A session slower than this many times its step's median is called a straggler
 #: (the bridge's own watchdog default, ``straggler_factor``).
 DEFAULT_STRAGGLER_FACTOR: float = BridgeConfig.straggler_factor
@@ -248,7 +248,7 @@ class _Aggregator:
         if not isinstance(lane, str):
             self.outside += 1
             return
-        step = _step(attributes.get(GLOBAL_STEPS, ""))
+        step = step_key(attributes.get(GLOBAL_STEPS, ""))
         self.steps_seen.add(step)
         if self.step_filter is not None and not _same_step(step, self.step_filter):
             return
@@ -257,8 +257,8 @@ class _Aggregator:
         session = self.sessions.get(key)
         if session is None:
             session = self.sessions[key] = _Session(attributes)
-        start = _ns(record.get("start_time_ns"))
-        end = max(start, _ns(record.get("end_time_ns")))  # a span that ends before it starts took no time
+        start = time_ns(record.get("start_time_ns"))
+        end = max(start, time_ns(record.get("end_time_ns")))  # a span that ends before it starts took no time
         if not session.first_ns or start < session.first_ns:
             session.first_ns = start
         if end > session.last_ns:
@@ -278,8 +278,8 @@ class _Aggregator:
         elif name == PROGRESS_SPAN_NAME:
             if end >= session.progress_at:
                 session.progress_at = end
-                session.progress_elapsed = _number(attributes.get(PROGRESS_ELAPSED_S)) or 0.0
-                session.progress_turns = int(_number(attributes.get(PROGRESS_TURNS)) or 0)
+                session.progress_elapsed = finite_number(attributes.get(PROGRESS_ELAPSED_S)) or 0.0
+                session.progress_turns = int(finite_number(attributes.get(PROGRESS_TURNS)) or 0)
                 session.progress_last_span = sys.intern(display(attributes.get(PROGRESS_LAST_SPAN, "")))
                 session.turn = attributes.get(PROGRESS_TURN, session.turn)
             session.progress += 1
@@ -294,9 +294,9 @@ class _Aggregator:
                     session.tool_ns += end - start
                 for key_ in (PROMPT_TOKENS, COMPLETION_TOKENS):
                     tokens = attributes.get(key_)
-                    session.tokens += _ns(tokens)
+                    session.tokens += time_ns(tokens)
             elif name == TASK_SPAN_NAME:
-                reward = _number(attributes.get(REWARD))
+                reward = finite_number(attributes.get(REWARD))
                 if reward is not None:
                     session.task_reward = reward
                 return  # a task spans its turns: the waterfall shows the turns
@@ -503,30 +503,6 @@ def _percentile(ordered: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an integer past the float range
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _ns(value: Any) -> int:
-    """A time (or a count) from a record: a non-negative 64-bit integer, else 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_NS else 0
-
-
-def _step(value: Any) -> Any:
-    """A ``global_steps`` value usable as a key: an integer, a finite float or a string (anything else as JSON text)."""
-    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    if isinstance(value, float) and math.isfinite(value):
-        return value
-    return display(value)
-
-
 def _trajectory_reward(value: Any) -> float | None:
     """The mean ``reward_score`` of a session's ``monitor.trajectories`` JSON, if any."""
     if not isinstance(value, str):
@@ -536,7 +512,11 @@ def _trajectory_reward(value: Any) -> float | None:
     except ValueError:
         return None
     scores = (
-        [score for t in trajectories if isinstance(t, dict) and (score := _number(t.get(REWARD_SCORE))) is not None]
+        [
+            score
+            for t in trajectories
+            if isinstance(t, dict) and (score := finite_number(t.get(REWARD_SCORE))) is not None
+        ]
         if isinstance(trajectories, list)
         else []
     )
@@ -548,7 +528,7 @@ def _same_step(value: Any, wanted: Any) -> bool:
 
 
 def _step_order(step: Any) -> tuple[int, float, str]:
-    number = _number(step)
+    number = finite_number(step)
     if number is not None:
         return (0, number, "")
     return (1, 0.0, str(step))

@@ -23,6 +23,8 @@ from verl_otel_bridge.protocol import (
     STEP_METRICS_SPAN_NAME,
     TRAINING_STEP_SPAN_NAME,
 )
+from verl_otel_bridge.report.values import span_id as read_span_id
+from verl_otel_bridge.report.values import step_key, time_ns
 
 #: Sessions kept per trace for the timeline; later ones are counted, not kept.
 MAX_TIMELINE_SESSIONS = 500
@@ -117,23 +119,23 @@ class PhaseCollector:
     def add(self, record: dict[str, Any]) -> None:
         """Keep ``record`` if it is part of a step's picture (a step, a phase, metrics or a session)."""
         name = record.get("name")
-        attributes = record.get("attributes") or {}
-        span_id = record.get("span_id")
-        if not isinstance(span_id, str):
+        attributes = record.get("attributes")
+        span_id = read_span_id(record.get("span_id"))
+        if span_id is None or not isinstance(attributes, dict):
             return
         if name == SESSION_SPAN_NAME:
             self._session(record, attributes)
             return
         if name == STEP_METRICS_SPAN_NAME:
-            parent = record.get("parent_span_id")
-            if isinstance(parent, str):
+            parent = read_span_id(record.get("parent_span_id"))
+            if parent is not None:
                 metrics = self._metrics.setdefault(parent, {})
                 for key, value in attributes.items():
                     if key.startswith(STEP_METRIC_PREFIX):
                         metrics[key[len(STEP_METRIC_PREFIX) :]] = value
             return
         if name == TRAINING_STEP_SPAN_NAME:
-            self._steps[span_id] = (_span(record, str(name)), attributes.get("global_steps"))
+            self._steps[span_id] = (_span(record, str(name)), step_key(attributes.get("global_steps")))
         elif PHASE in attributes:
             self._phases[span_id] = _span(record, str(attributes[PHASE]))
 
@@ -146,9 +148,9 @@ class PhaseCollector:
         kept.append(
             (
                 str(attributes.get("state_lane_id", "")),
-                record.get("parent_span_id"),
-                int(record.get("start_time_ns") or 0),
-                int(record.get("end_time_ns") or 0),
+                read_span_id(record.get("parent_span_id")),
+                time_ns(record.get("start_time_ns")),
+                time_ns(record.get("end_time_ns")),
                 str(attributes.get(STATUS, "")),
             )
         )
@@ -202,14 +204,13 @@ class PhaseCollector:
 
 
 def _span(record: dict[str, Any], name: str) -> _Span:
-    parent = record.get("parent_span_id")
     status = record.get("status") or {}
     return _Span(
         name=name,
-        parent=parent if isinstance(parent, str) else None,
+        parent=read_span_id(record.get("parent_span_id")),
         trace_id=str(record.get("trace_id")),
-        start_ns=int(record.get("start_time_ns") or 0),
-        end_ns=int(record.get("end_time_ns") or 0),
+        start_ns=time_ns(record.get("start_time_ns")),
+        end_ns=time_ns(record.get("end_time_ns")),
         error=isinstance(status, dict) and status.get("code") == "ERROR",
     )
 
