@@ -208,9 +208,28 @@ sys.exit(f"installed, but not the oldest allowed: {wrong}" if wrong else 0)
 def unit_oldest(session: nox.Session) -> None:
     """Unit tests on the oldest Python and the oldest ``opentelemetry-api``/``-sdk``/``packaging`` allowed."""
     pins = oldest_requirements()
+    # setuptools>=77 builds the editable install only with packaging>=24.2, so the shared environment
+    # keeps a current packaging for the build, and the oldest one goes into this checkout's thin
+    # environment, ahead of the shared packages on sys.path.
+    runtime_only = [pin for pin in pins if pin.startswith("packaging==")]
     # The test extra's reference encoder (opentelemetry-exporter-otlp-proto-common) stays at its
     # newest: it needs no opentelemetry-api, and the encoding tests compare against today's.
-    python = install_once(session, "-e", f"{ROOT}[test]", *pins)
+    python = install_once(session, "-e", f"{ROOT}[test]", *[pin for pin in pins if pin not in runtime_only])
+    if runtime_only:
+        thin_site = _site_packages(python)
+        session.run(
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--upgrade",
+            "--target",
+            thin_site,
+            *runtime_only,
+            external=True,
+        )
     # pip would quietly keep a newer release if a test dependency needed one: fail instead.
     session.run(python, "-c", CHECK_PINS, *pins, silent=True, external=True)
     session.run(python, "-m", "pytest", "tests/unit", *session.posargs, external=True)
