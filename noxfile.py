@@ -214,7 +214,10 @@ def unit_oldest(session: nox.Session) -> None:
     runtime_only = [pin for pin in pins if pin.startswith("packaging==")]
     # The test extra's reference encoder (opentelemetry-exporter-otlp-proto-common) stays at its
     # newest: it needs no opentelemetry-api, and the encoding tests compare against today's.
-    python = install_once(session, "-e", f"{ROOT}[test]", *[pin for pin in pins if pin not in runtime_only])
+    build_packaging = ["packaging>=24.2"] if runtime_only else []
+    python = install_once(
+        session, "-e", f"{ROOT}[test]", *[pin for pin in pins if pin not in runtime_only], *build_packaging
+    )
     if runtime_only:
         thin_site = _site_packages(python)
         session.run(
