@@ -31,6 +31,7 @@ exception on purpose: a bad bridge setting fails ``AgentLoopWorker.__init__``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import json
@@ -129,7 +130,30 @@ class _Trajectory:
 
 _trajectory: ContextVar[_Trajectory | None] = ContextVar("verl_otel_bridge_trajectory", default=None)
 _generate_turn: ContextVar[TurnHandle | None] = ContextVar("verl_otel_bridge_generate_turn", default=None)
-_traced_calls: ContextVar[list[Bridge] | None] = ContextVar("verl_otel_bridge_traced_calls", default=None)
+
+
+class _Call:
+    """One ``generate_sequences`` call: the bridges its trajectories used and how many are still open."""
+
+    __slots__ = ("bridges", "ended", "open")
+
+    def __init__(self) -> None:
+        self.bridges: list[Bridge] = []
+        self.open = 0
+        self.ended = asyncio.Event()
+
+    def started(self, bridge: Bridge) -> None:
+        self.bridges.append(bridge)
+        self.open += 1
+        self.ended.clear()
+
+    def stopped(self) -> None:
+        self.open -= 1
+        if self.open <= 0:
+            self.ended.set()
+
+
+_traced_calls: ContextVar[_Call | None] = ContextVar("verl_otel_bridge_traced_calls", default=None)
 
 
 def wanted(trace_backend: Any) -> bool:
@@ -359,7 +383,7 @@ async def _worker_generate_sequences(wrapped: Any, instance: Any, args: Any, kwa
     except Exception as exc:  # noqa: BLE001
         _warn("reading the carrier", exc)
         carrier = None
-    traced: list[Bridge] = []
+    traced = _Call()
     token = _traced_calls.set(traced)
     attached = _enter("attach", propagation.attach, carrier) if carrier else None
     exc_info = _NO_EXCEPTION
@@ -372,10 +396,13 @@ async def _worker_generate_sequences(wrapped: Any, instance: Any, args: Any, kwa
         if attached is not None:
             _exit("attach", attached[0], exc_info)
         _traced_calls.reset(token)
-        if traced:
+        if traced.bridges:
+            if traced.open > 0:  # a failing call: its sibling trajectories (verl does not cancel them) end soon
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(traced.ended.wait(), FLUSH_TIMEOUT_S)
             # Ray ends AgentLoopWorker actors without atexit, and a failing actor may not live on:
             # what is still queued when the call ends would be lost.
-            await _flush(traced)
+            await _flush(traced.bridges)
 
 
 async def _flush(traced: list[Bridge]) -> None:
@@ -459,9 +486,9 @@ def _start(
     except BaseException:
         _exit("starting the session", scope, sys.exc_info())
         raise
-    traced = _traced_calls.get()
-    if traced is not None:
-        traced.append(bridge)
+    call = _traced_calls.get()
+    if call is not None:
+        call.started(bridge)
     return trajectory, scope, token
 
 
@@ -476,6 +503,9 @@ def _messages(raw_prompt: Any) -> str | None:
 def _stop(scope: AbstractContextManager[Session], token: Token[_Trajectory | None], exc_info: ExcInfo) -> None:
     _trajectory.reset(token)
     _exit("ending the session", scope, exc_info)
+    call = _traced_calls.get()
+    if call is not None:
+        call.stopped()
 
 
 def _finish(trajectory: _Trajectory, output: Any) -> None:
