@@ -1,4 +1,4 @@
-"""What tracking open sessions (``verl_otel_bridge.inflight``) costs on the caller's thread.
+"""What tracking open sessions (``verl_otel_bridge._internal.inflight``) costs on the caller's thread.
 
 The same bridge, with and without its ``InflightSessions`` processor on the
 provider (swapped for a processor that does nothing in the "without" runs, through

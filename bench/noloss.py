@@ -14,7 +14,7 @@ process (it decodes every request with ``opentelemetry-proto`` and counts span i
   ``max_queue_bytes`` 64 MiB;
 * **spill**: spans per second written to the spill while the receiver is down, and
   drained once it is back;
-* **estimate**: the cost of :func:`~verl_otel_bridge.pipeline.budget.span_size` per span.
+* **estimate**: the cost of :func:`~verl_otel_bridge._internal.pipeline.budget.span_size` per span.
 
     python bench/noloss.py [--smoke] [--json OUT]
 """
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.pipeline.budget import span_size
+from verl_otel_bridge._internal.pipeline.budget import span_size
 
 
 class Receiver(http.server.ThreadingHTTPServer):

@@ -26,8 +26,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.otlp.encoding import SpanEncoder
-from verl_otel_bridge.otlp.exporter import OtlpSpanExporter
+from verl_otel_bridge._internal.otlp.encoding import SpanEncoder
+from verl_otel_bridge._internal.otlp.exporter import OtlpSpanExporter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

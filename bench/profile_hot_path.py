@@ -91,9 +91,9 @@ def pieces_view(number: int) -> None:
     from opentelemetry.sdk.trace import TracerProvider
 
     from verl_otel_bridge import Bridge, BridgeConfig
-    from verl_otel_bridge.attributes import set_clean_attributes
-    from verl_otel_bridge.identity import current_identity
-    from verl_otel_bridge.pipeline.processors import stamped
+    from verl_otel_bridge._internal.attributes import set_clean_attributes
+    from verl_otel_bridge._internal.identity import current_identity
+    from verl_otel_bridge._internal.pipeline.processors import stamped
 
     bridge = Bridge(BridgeConfig.resolve(environ={}, exporter="none"))
     bare = TracerProvider(shutdown_on_exit=False).get_tracer("bench")

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.identity import SessionIdentity
-from verl_otel_bridge.records import span_to_record
+from verl_otel_bridge._internal.identity import SessionIdentity
+from verl_otel_bridge._internal.records import span_to_record
 
 SESSIONS_PER_STEP, GROUP = 2000, 4
 

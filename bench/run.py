@@ -341,9 +341,9 @@ def _bridge_variant(key: str, label: str, bridge: Any) -> Variant:
 def micro_variants(jsonl_path: str) -> list[Variant]:
     """Variants a, b1, b2, b3, c1, c2 and the timer, ready to run in this process."""
     from verl_otel_bridge import Bridge, BridgeConfig
-    from verl_otel_bridge.accounting import SpanCounts  # noqa: F401  (imported for the swap below)
-    from verl_otel_bridge.exporters.counting import CountingSpanExporter
-    from verl_otel_bridge.exporters.discard import DiscardSpanExporter
+    from verl_otel_bridge._internal.accounting import SpanCounts  # noqa: F401  (imported for the swap below)
+    from verl_otel_bridge._internal.exporters.counting import CountingSpanExporter
+    from verl_otel_bridge._internal.exporters.discard import DiscardSpanExporter
 
     a = _otel_variant()
     b1 = _bridge_variant(
@@ -831,7 +831,7 @@ def _export_capacity(
     the bursts above measure it while the caller makes spans on the same cores.
     """
     from verl_otel_bridge import Bridge, BridgeConfig
-    from verl_otel_bridge.rl_insight.exporter import RLInsightSpanExporter
+    from verl_otel_bridge._internal.rl_insight.exporter import RLInsightSpanExporter
 
     transports = {"e": {}, "e_hub": {"rl_insight_transport": "hub"}}
     exporters = {key: RLInsightSpanExporter(config=BridgeConfig.resolve(**base, **transports[key])) for key in keys}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 import verl_otel_bridge as vob
-from verl_otel_bridge.tree import render_tree
+from verl_otel_bridge.testing import render_tree
 
 
 def timings_from_inference_server(t0: int) -> list[tuple[str, int, int, dict[str, object]]]:

@@ -43,7 +43,7 @@ except ImportError:
 
 import verl_otel_bridge as vob  # noqa: E402 - after the loopback settings above
 from verl_otel_bridge.propagation import attach, flush_actors, inject  # noqa: E402
-from verl_otel_bridge.tree import render_tree  # noqa: E402
+from verl_otel_bridge.testing import render_tree  # noqa: E402
 
 WAIT_S = 120.0  # bound of every wait on the workers
 

@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import verl_cpu
 
 import verl_otel_bridge as vob
-from verl_otel_bridge import current
 from verl_otel_bridge.cli.app import main as cli_main
 
 
@@ -67,11 +66,11 @@ def main(argv: list[str] | None = None) -> None:
         output = asyncio.run(rollout(config, model_dir, batch))
     print(f"verl generated {len(output)} trajectories; mean reward {output.batch['rm_scores'].sum(-1).mean():.2f}")
 
-    bridge = current.current_bridge()
-    if bridge is None:
-        print("no bridge: the plugin did not trace (is VERL_OTEL_TRACE=0 or VERL_USE_EXTERNAL_PLUGINS set?)")
-        return
+    bridge = vob.get_bridge()
     status = bridge.status()
+    if not status["counters"]["ended"]:
+        print("no spans: the plugin did not trace (is VERL_OTEL_TRACE=0 or VERL_USE_EXTERNAL_PLUGINS set?)")
+        return
     print(f"spans: {status['exporter']} ({status['detail']}); exported {status['counters']['exported']}")
     place = Path(bridge.config.jsonl_path).parent if "jsonl" in bridge.config.exporters else None
     vob.shutdown()

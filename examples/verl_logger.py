@@ -12,7 +12,7 @@ import os
 import time
 
 import verl_otel_bridge as vob
-from verl_otel_bridge.tree import render_tree
+from verl_otel_bridge.testing import render_tree
 from verl_otel_bridge.verl import RLInsightLogger
 
 

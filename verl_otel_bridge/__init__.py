@@ -11,10 +11,9 @@ Quick start::
     print(vob.status())
 """
 
-from verl_otel_bridge._version import __version__
-from verl_otel_bridge.bridge import Bridge
-from verl_otel_bridge.config import BridgeConfig, ConfigError
-from verl_otel_bridge.current import (
+from verl_otel_bridge._internal.bridge import Bridge
+from verl_otel_bridge._internal.config import BridgeConfig, ConfigError
+from verl_otel_bridge._internal.current import (
     configure,
     force_flush,
     get_bridge,
@@ -30,10 +29,14 @@ from verl_otel_bridge.current import (
     traced,
     turn,
 )
-from verl_otel_bridge.identity import SessionIdentity, current_identity
-from verl_otel_bridge.payload import record_io
-from verl_otel_bridge.session import Session
-from verl_otel_bridge.status import BridgeStatus
+from verl_otel_bridge._internal.identity import SessionIdentity, current_identity
+from verl_otel_bridge._internal.moved import install as _answer_moved_modules
+from verl_otel_bridge._internal.payload import record_io
+from verl_otel_bridge._internal.session import Session
+from verl_otel_bridge._internal.status import BridgeStatus
+from verl_otel_bridge._version import __version__
+
+_answer_moved_modules()
 
 __all__ = [
     "Bridge",

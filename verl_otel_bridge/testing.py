@@ -9,7 +9,8 @@ and usable on its own::
     spans.one("agent_session")
 
 :func:`generic_span` turns a captured span into what ``exporter: otlp`` sends
-(the generic vocabulary Phoenix and MLflow read).
+(the generic vocabulary Phoenix and MLflow read); :func:`render_tree` draws spans
+as an indented tree.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from verl_otel_bridge.bridge import Bridge
-from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.current import set_bridge
-from verl_otel_bridge.exporters.vocabulary import generic_span
-from verl_otel_bridge.protocol import IDENTITY_KEYS, SESSION_SPAN_NAME
-from verl_otel_bridge.tree import render_tree
+from verl_otel_bridge._internal.bridge import Bridge
+from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.current import set_bridge
+from verl_otel_bridge._internal.exporters.vocabulary import generic_span
+from verl_otel_bridge._internal.protocol import IDENTITY_KEYS, SESSION_SPAN_NAME
+from verl_otel_bridge._internal.tree import render_tree
 
-__all__ = ["SpanCapture", "capture_spans", "generic_span"]
+__all__ = ["SpanCapture", "capture_spans", "generic_span", "render_tree"]
 
 
 class SpanCapture:

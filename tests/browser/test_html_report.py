@@ -19,9 +19,9 @@ import pytest
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import BridgeConfig, SessionIdentity
+from verl_otel_bridge._internal.report.html import render_html
 from verl_otel_bridge.cli import demo
 from verl_otel_bridge.report import build_report
-from verl_otel_bridge.report.html import render_html
 
 
 def render(page: Path, profile: Path, width: int = 1280) -> tuple[str, list[str]]:

@@ -17,8 +17,8 @@ import chromium
 import pytest
 from test_html_report import render
 
+from verl_otel_bridge._internal.report.html import render_html
 from verl_otel_bridge.report import build_report
-from verl_otel_bridge.report.html import render_html
 
 CAPTURE = Path(__file__).resolve().parent / "fixtures" / "verl-training-steps.jsonl"
 SCREENSHOT_DIR_ENV = "SCREENSHOT_DIR"

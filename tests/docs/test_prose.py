@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from verl_otel_bridge import accounting
+from verl_otel_bridge._internal import accounting
 
 from .blocks import ROOT, documents
 

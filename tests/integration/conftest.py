@@ -213,6 +213,6 @@ def _fresh_unusable_reason_record(monkeypatch: pytest.MonkeyPatch) -> None:
     each gets an empty record of what was said (``rl_insight.init``'s own
     once-per-process record is left alone: the session's hub fixture owns it).
     """
-    from verl_otel_bridge.rl_insight import compat as rl_insight_compat
+    from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 
     monkeypatch.setattr(rl_insight_compat._INIT, "said", set())

@@ -808,7 +808,7 @@ def bridge_copy_exporter(bridge: Any, name: str = "memory") -> Any:
     fallback is ``memory``, so tests that check what the primary forwarded read
     the copy instead.)
     """
-    from verl_otel_bridge.exporters.fanout import FanOutSpanExporter
+    from verl_otel_bridge._internal.exporters.fanout import FanOutSpanExporter
 
     exporter = bridge._pipeline.exporter
     while not isinstance(exporter, FanOutSpanExporter):
@@ -902,7 +902,7 @@ INIT_SPY_PREAMBLE = """
 import json, sys, threading, warnings
 import ray, rl_insight, rl_insight.api
 import verl_otel_bridge as vob
-from verl_otel_bridge.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 
 caught = []
 warnings.simplefilter("always")

@@ -25,7 +25,7 @@ import stack
 from stack import RlInsightHub, bridge_copy_exporter, count_metric, drain, hex_ids
 
 import verl_otel_bridge as vob
-from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
 
 SERVICE = "rl_insight_monitor"
 PROJECT = "dash-proj"

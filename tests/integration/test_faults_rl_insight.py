@@ -38,7 +38,7 @@ from stack import (
 )
 
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.accounting import balance
+from verl_otel_bridge._internal.accounting import balance
 
 pytestmark = pytest.mark.rl_insight("0.3.0")
 
@@ -72,7 +72,7 @@ def tagged(receiver_spans: list[ReceivedSpan], tag: str) -> list[ReceivedSpan]:
 CHILD_COMMON = """
 import json, os, sys, time
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.accounting import balance
+from verl_otel_bridge._internal.accounting import balance
 
 TAG = sys.argv[1]
 
@@ -136,7 +136,7 @@ class Broken(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, Broken())
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.accounting import balance
+from verl_otel_bridge._internal.accounting import balance
 
 config = BridgeConfig.resolve(environ={}, exporter="rl_insight", rl_insight_server_url=URL, schedule_delay_ms=10)
 bridge = Bridge(config)

@@ -28,8 +28,8 @@ import stack
 from stack import INIT_SPY_PREAMBLE, PythonChild, ReceivedSpan, RlInsightHub, bridge_copy_exporter, drain, hex_ids
 
 import verl_otel_bridge as vob
-from verl_otel_bridge.accounting import balance
-from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.accounting import balance
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
 
 pytestmark = pytest.mark.rl_insight("0.3.0")
 

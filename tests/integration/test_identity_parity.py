@@ -15,7 +15,7 @@ from stack import RlInsightHub
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import SessionIdentity
-from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
 
 pytestmark = pytest.mark.rl_insight("0.3.0")
 

@@ -24,10 +24,10 @@ import stack
 from stack import FakeDiscovery, OtlpReceiver, PythonChild
 
 import verl_otel_bridge as vob
-from verl_otel_bridge.accounting import balance
+from verl_otel_bridge._internal.accounting import balance
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.cli import demo
-from verl_otel_bridge.identity import IDENTITY_KEYS
-from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.verl import RLInsightLogger
 
 pytestmark = pytest.mark.rl_insight("none", "0.1.0", "0.2.0")

@@ -23,10 +23,10 @@ import stack
 from stack import OtlpReceiver, PythonChild, ReceivedSpan, RlInsightHub, bridge_copy_exporter, drain
 
 import verl_otel_bridge as vob
-from verl_otel_bridge.accounting import balance
-from verl_otel_bridge.exporters.vocabulary import conversation_id
-from verl_otel_bridge.identity import IDENTITY_KEYS
-from verl_otel_bridge.protocol import GENERIC_IDENTITY_KEYS
+from verl_otel_bridge._internal.accounting import balance
+from verl_otel_bridge._internal.exporters.vocabulary import conversation_id
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.protocol import GENERIC_IDENTITY_KEYS
 
 #: Bound of every wait for spans at a receiver.
 ARRIVAL_S = 60.0
@@ -233,7 +233,7 @@ def test_otel_traces_exporter_rl_insight_forwards_plain_tracer_spans(
         rl_insight_hub.receiver.wait_for(4, ARRIVAL_S, where=mine)
         done = child.finish(timeout_s=60)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert result["exporters"] == ["verl_otel_bridge.rl_insight.exporter.RLInsightSpanExporter"]
+    assert result["exporters"] == ["verl_otel_bridge._internal.rl_insight.exporter.RLInsightSpanExporter"]
     status = result["status"]
     assert status["reason"] == "ok" and status["exporter"] == "rl_insight", status
     assert status["rl_insight_transport"] == ("hub" if transport == "hub" else "otlp"), status

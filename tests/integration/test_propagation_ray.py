@@ -38,9 +38,9 @@ import stack
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.tree import render_tree
 from verl_otel_bridge.propagation import attach, flush_actors, inject
-from verl_otel_bridge.tree import render_tree
 
 # Actor classes are defined here; ship them by value, workers cannot import this test module.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

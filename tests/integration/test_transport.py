@@ -34,8 +34,8 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from stack import DiscoveryServer, OtlpReceiver, ReceivedSpan, RlInsightHub, StoppableOtlpReceiver, wait_until
 
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.accounting import balance
-from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.accounting import balance
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
 
 pytestmark = pytest.mark.rl_insight("0.3.0")
 

@@ -24,10 +24,10 @@ import stack
 from stack import INIT_SPY_PREAMBLE, PythonChild, RlInsightHub, count_metric
 
 import verl_otel_bridge as vob
-from verl_otel_bridge.accounting import balance
-from verl_otel_bridge.identity import IDENTITY_KEYS, SessionIdentity
-from verl_otel_bridge.logs import OnceLogger
-from verl_otel_bridge.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge._internal.accounting import balance
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS, SessionIdentity
+from verl_otel_bridge._internal.logs import OnceLogger
+from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.verl import RLInsightLogger
 
 WITH = pytest.mark.rl_insight("0.3.0")

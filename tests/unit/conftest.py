@@ -18,8 +18,8 @@ sys.path.insert(
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.pipeline.spill import settings as spill_settings
-from verl_otel_bridge.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge._internal.pipeline.spill import settings as spill_settings
+from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 
 from .fake_rl_insight import hide_rl_insight
 

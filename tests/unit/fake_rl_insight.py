@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from verl_otel_bridge.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 
 _RELEASE = object()  # "use what the release has"
 RELEASES = ("0.1.0", "0.2.0", "0.3.0")

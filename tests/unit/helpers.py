@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from otlp_spans import ReceivedSpan, decode_export_request
 
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.accounting import balance
-from verl_otel_bridge.identity import IDENTITY_KEYS
-from verl_otel_bridge.rl_insight.otlp import SERVICES_PATH
+from verl_otel_bridge._internal.accounting import balance
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.rl_insight.otlp import SERVICES_PATH
 
 #: Upper bound for any wait on another thread; never reached when things work.
 WAIT_S = 10.0

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.attributes import TRUNCATION_MARKER, clean_attributes
+from verl_otel_bridge._internal.attributes import TRUNCATION_MARKER, clean_attributes
 from verl_otel_bridge.testing import SpanCapture
 
 

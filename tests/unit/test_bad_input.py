@@ -20,8 +20,8 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge import Bridge, SessionIdentity
-from verl_otel_bridge.attributes import TRUNCATION_MARKER
-from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.attributes import TRUNCATION_MARKER
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
 
 from .helpers import T0, assert_balanced, finished, identity_of
 

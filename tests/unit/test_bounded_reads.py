@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.otlp.deadline import MAX_ANSWER_BYTES
-from verl_otel_bridge.otlp.sender import OtlpHttpSender, OtlpSendError
-from verl_otel_bridge.otlp.settings import SenderSettings
-from verl_otel_bridge.rl_insight.otlp import fetch_services
+from verl_otel_bridge._internal.otlp.deadline import MAX_ANSWER_BYTES
+from verl_otel_bridge._internal.otlp.sender import OtlpHttpSender, OtlpSendError
+from verl_otel_bridge._internal.otlp.settings import SenderSettings
+from verl_otel_bridge._internal.rl_insight.otlp import fetch_services
 
 from .helpers import wait_until
 

@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge._internal.records import record_to_span, span_to_record
+from verl_otel_bridge._internal.secrets import mask_url, masked
 from verl_otel_bridge._version import install_command
 from verl_otel_bridge.cli import app as cli
 from verl_otel_bridge.cli import demo, doctor
-from verl_otel_bridge.records import record_to_span, span_to_record
-from verl_otel_bridge.secrets import mask_url, masked
 
 from .fake_rl_insight import install_ray, install_rl_insight
 

@@ -29,8 +29,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.accounting import balance
-from verl_otel_bridge.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge._internal.accounting import balance
+from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.testing import capture_spans
 
 from .fake_rl_insight import usable_rl_insight

@@ -13,7 +13,7 @@ import pytest
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import BridgeConfig
-from verl_otel_bridge.config import EXPORTERS, FALLBACKS
+from verl_otel_bridge._internal.config import EXPORTERS, FALLBACKS
 
 from .helpers import WAIT_S, run_threads
 

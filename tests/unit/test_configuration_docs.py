@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_otel_bridge import BridgeConfig
-from verl_otel_bridge.config import environment_variables, settings
+from verl_otel_bridge._internal.config import environment_variables, settings
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -14,9 +14,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.accounting import SpanCounts
-from verl_otel_bridge.exporters import BoundedMemorySpanExporter, CountingSpanExporter
-from verl_otel_bridge.rl_insight.exporter import RLInsightSpanExporter
+from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.exporters import BoundedMemorySpanExporter, CountingSpanExporter
+from verl_otel_bridge._internal.rl_insight.exporter import RLInsightSpanExporter
 from verl_otel_bridge.testing import SpanCapture
 
 from .fake_rl_insight import usable_rl_insight

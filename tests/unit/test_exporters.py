@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
 
 from .fake_rl_insight import usable_rl_insight
 from .helpers import WAIT_S, assert_balanced, identity_of
@@ -212,8 +212,8 @@ def test_shutdown_summary_level(
 
 
 def test_every_exporter_name_the_config_accepts_is_a_kind_or_the_routes() -> None:
-    from verl_otel_bridge.config import EXPORTERS, FALLBACKS
-    from verl_otel_bridge.exporters.kinds import KINDS
+    from verl_otel_bridge._internal.config import EXPORTERS, FALLBACKS
+    from verl_otel_bridge._internal.exporters.kinds import KINDS
 
     assert set(EXPORTERS) == {"auto", "rl_insight", *KINDS}
     assert set(FALLBACKS) <= set(KINDS)

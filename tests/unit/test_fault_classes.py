@@ -23,9 +23,9 @@ from opentelemetry.trace import INVALID_SPAN, StatusCode, get_current_span
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge.accounting import balance
-from verl_otel_bridge.config import resolve_leniently
-from verl_otel_bridge.identity import current_identity
+from verl_otel_bridge._internal.accounting import balance
+from verl_otel_bridge._internal.config import resolve_leniently
+from verl_otel_bridge._internal.identity import current_identity
 
 from .helpers import WAIT_S, OtlpSink, assert_balanced, finished
 

@@ -17,7 +17,7 @@ import pytest
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.pipeline.spill import FROM_QUEUE
+from verl_otel_bridge._internal.pipeline.spill import FROM_QUEUE
 
 from .helpers import WAIT_S, OtlpSink, forks_on_purpose
 from .test_spill_files import Held, span

@@ -14,16 +14,16 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verl_otel_bridge.accounting import SpanCounts
+from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.exporters.counting import CountingSpanExporter
+from verl_otel_bridge._internal.exporters.memory import InMemorySpanExporter
+from verl_otel_bridge._internal.records import read_records
+from verl_otel_bridge._internal.report.html import render_html
+from verl_otel_bridge._internal.report.text import renderables
+from verl_otel_bridge._internal.tree import render_tree
 from verl_otel_bridge.cli.app import build_cli
 from verl_otel_bridge.cli.replay import replay_records
-from verl_otel_bridge.exporters.counting import CountingSpanExporter
-from verl_otel_bridge.exporters.memory import InMemorySpanExporter
-from verl_otel_bridge.records import read_records
 from verl_otel_bridge.report import build_report
-from verl_otel_bridge.report.html import render_html
-from verl_otel_bridge.report.text import renderables
-from verl_otel_bridge.tree import render_tree
 
 GOOD = {
     "name": "agent_session",

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from verl_otel_bridge.protocol import (
+from verl_otel_bridge._internal.protocol import (
     PROGRESS_ELAPSED_S,
     PROGRESS_LAST_SPAN,
     PROGRESS_SPAN_NAME,
@@ -25,7 +25,7 @@ from verl_otel_bridge.protocol import (
     PROGRESS_TURNS,
     SESSION_SPAN_NAME,
 )
-from verl_otel_bridge.records import read_records
+from verl_otel_bridge._internal.records import read_records
 from verl_otel_bridge.report import build_report
 
 from .helpers import WAIT_S

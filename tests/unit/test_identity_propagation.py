@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 import verl_otel_bridge as vob
-from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
 from verl_otel_bridge.testing import SpanCapture
 
 from .helpers import WAIT_S, identity_of, run_threads

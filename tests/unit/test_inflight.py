@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.protocol import (
+from verl_otel_bridge._internal.protocol import (
     IDENTITY_KEYS,
     PROGRESS_ELAPSED_S,
     PROGRESS_IDLE_S,
@@ -109,7 +109,7 @@ def test_shutdown_ends_open_sessions_as_unfinished_counts_them_and_keeps_the_acc
 def test_watchdog_logs_once_per_step_the_sessions_far_slower_than_the_median(
     make_bridge: Callable[..., Bridge], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="verl_otel_bridge.inflight")
+    caplog.set_level(logging.WARNING, logger="verl_otel_bridge._internal.inflight")
     bridge = make_bridge(exporter="memory", progress_interval_s=0.02, straggler_factor=3)
     slow = bridge.start_session(sample=0, session=3, global_steps=5, uid="laggard")
     other_step = bridge.start_session(sample=1, session=0, global_steps=6)

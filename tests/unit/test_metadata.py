@@ -14,8 +14,8 @@ import pytest
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import _version
+from verl_otel_bridge._internal.identity import IdentityFields
 from verl_otel_bridge._version import install_command
-from verl_otel_bridge.identity import IdentityFields
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.pipeline.budget import span_size
-from verl_otel_bridge.records import read_records, record_to_span
+from verl_otel_bridge._internal.pipeline.budget import span_size
+from verl_otel_bridge._internal.records import read_records, record_to_span
 
 from .helpers import WAIT_S, OtlpSink, assert_balanced, run_threads, wait_until
 

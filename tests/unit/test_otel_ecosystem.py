@@ -33,9 +33,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import verl_otel_bridge as vob
-from verl_otel_bridge.config import value_sources
-from verl_otel_bridge.exporters.jsonl import JsonlSpanExporter
-from verl_otel_bridge.identity import IDENTITY_KEYS
+from verl_otel_bridge._internal.config import value_sources
+from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
+from verl_otel_bridge._internal.identity import IDENTITY_KEYS
 
 from .helpers import WAIT_S, assert_balanced, finished, identity_of, wait_until
 

@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.accounting import balance
-from verl_otel_bridge.rl_insight.otlp import SERVICES_PATH
+from verl_otel_bridge._internal.accounting import balance
+from verl_otel_bridge._internal.rl_insight.otlp import SERVICES_PATH
 
 from .fake_rl_insight import usable_rl_insight
 from .helpers import WAIT_S, OtlpSink, wait_until

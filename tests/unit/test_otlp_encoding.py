@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from verl_otel_bridge.otlp.encoding import SpanEncoder
-from verl_otel_bridge.records import replace_span
+from verl_otel_bridge._internal.otlp.encoding import SpanEncoder
+from verl_otel_bridge._internal.records import replace_span
 
 INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 FLOATS = st.floats(allow_nan=False)  # NaN != NaN would fail the comparison, not the encoder
@@ -169,11 +169,11 @@ def test_values_opentelemetry_cannot_encode_are_left_out_and_logged_once(caplog:
         )
         for n in range(3)
     ]
-    with caplog.at_level(logging.WARNING, logger="verl_otel_bridge.otlp.encoding"):
+    with caplog.at_level(logging.WARNING, logger="verl_otel_bridge._internal.otlp.encoding"):
         message = decoded(SpanEncoder().encode(batch))
     kept = [[kv.key for kv in span.attributes] for span in message.resource_spans[0].scope_spans[0].spans]
     assert kept == [["ok"]] * 3
-    ours = [r.getMessage() for r in caplog.records if r.name == "verl_otel_bridge.otlp.encoding"]
+    ours = [r.getMessage() for r in caplog.records if r.name == "verl_otel_bridge._internal.otlp.encoding"]
     assert len(ours) == 3 and all("left out of OTLP spans" in m for m in ours), ours
 
 

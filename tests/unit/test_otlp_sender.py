@@ -24,12 +24,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import verl_otel_bridge as vob
+from verl_otel_bridge._internal.otlp.exporter import OtlpSpanExporter
+from verl_otel_bridge._internal.otlp.sender import MAX_ATTEMPTS, OtlpHttpSender, OtlpSendError
+from verl_otel_bridge._internal.otlp.settings import SenderSettings
+from verl_otel_bridge._internal.rl_insight.exporter import forwarded_attributes
+from verl_otel_bridge._internal.rl_insight.otlp import OtlpTransport
 from verl_otel_bridge._version import install_command
-from verl_otel_bridge.otlp.exporter import OtlpSpanExporter
-from verl_otel_bridge.otlp.sender import MAX_ATTEMPTS, OtlpHttpSender, OtlpSendError
-from verl_otel_bridge.otlp.settings import SenderSettings
-from verl_otel_bridge.rl_insight.exporter import forwarded_attributes
-from verl_otel_bridge.rl_insight.otlp import OtlpTransport
 
 from .helpers import WAIT_S, OtlpSink, wait_until
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_otel_bridge.private_files import (
+from verl_otel_bridge._internal.private_files import (
     UnsafePathError,
     open_private_new,
     open_private_output,
@@ -119,7 +119,7 @@ def test_reading_refuses_a_file_of_another_user(tmp_path: Path) -> None:
 
 
 def test_a_jsonl_capture_is_created_0600_and_appended_to_as_the_users_own(tmp_path: Path) -> None:
-    from verl_otel_bridge.exporters.jsonl import JsonlSpanExporter
+    from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
 
     path = tmp_path / "new" / "spans.jsonl"
     JsonlSpanExporter(path).shutdown()
@@ -133,8 +133,8 @@ def test_a_jsonl_capture_is_created_0600_and_appended_to_as_the_users_own(tmp_pa
 
 
 def test_a_jsonl_capture_refuses_a_link_and_another_users_file(tmp_path: Path) -> None:
-    from verl_otel_bridge.config import ConfigError
-    from verl_otel_bridge.exporters.jsonl import JsonlSpanExporter
+    from verl_otel_bridge._internal.config import ConfigError
+    from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
 
     target = tmp_path / "elsewhere"
     target.write_text("")

@@ -19,9 +19,9 @@ from opentelemetry import propagate, trace
 from opentelemetry.propagators.composite import CompositePropagator
 
 import verl_otel_bridge as vob
-from verl_otel_bridge import propagation
-from verl_otel_bridge.identity import SessionIdentity, current_identity
-from verl_otel_bridge.logs import OnceLogger
+from verl_otel_bridge._internal import propagation
+from verl_otel_bridge._internal.identity import SessionIdentity, current_identity
+from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge.propagation import IDENTITY_KEY, TRACEPARENT_KEY, TRACESTATE_KEY, attach, inject
 from verl_otel_bridge.testing import SpanCapture
 
@@ -271,7 +271,7 @@ def test_unreadable_carrier_never_raises_and_runs_without_trace_or_identity(
     kind: str, otel_spans: SpanCapture, caplog: pytest.LogCaptureFixture
 ) -> None:
     carrier = UNREADABLE[kind]
-    caplog.set_level(logging.INFO, logger="verl_otel_bridge.propagation")
+    caplog.set_level(logging.INFO, logger="verl_otel_bridge._internal.propagation")
     with vob.session(sample="receiver", session=0):
         with vob.span("receiver_own"):
             for _ in range(3):
@@ -283,7 +283,7 @@ def test_unreadable_carrier_never_raises_and_runs_without_trace_or_identity(
     assert inside.parent is None  # a new trace, not the receiver's and not a broken one
     assert identity_of(inside) == {}
     assert len(otel_spans.by_name("inside")) == 3
-    messages = [r for r in caplog.records if r.name == "verl_otel_bridge.propagation"]
+    messages = [r for r in caplog.records if r.name == "verl_otel_bridge._internal.propagation"]
     assert len(messages) == (0 if kind in SILENT else 1), [r.getMessage() for r in messages]  # once, not per call
     assert all(r.levelno <= logging.WARNING for r in messages)
 

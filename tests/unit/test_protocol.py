@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from verl_otel_bridge import protocol
+from verl_otel_bridge._internal import protocol
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 

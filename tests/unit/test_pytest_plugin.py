@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 import verl_otel_bridge as vob
-from verl_otel_bridge import current
+from verl_otel_bridge._internal import current
+from verl_otel_bridge._internal.tree import render_tree
 from verl_otel_bridge.testing import SpanCapture, capture_spans
-from verl_otel_bridge.tree import render_tree
 
 T0 = 1_700_000_000_000_000_000
 
@@ -124,7 +124,7 @@ def test_render_tree_shows_nesting_and_identity(otel_spans: SpanCapture) -> None
 
 
 def test_render_tree_accepts_jsonl_records(otel_spans: SpanCapture) -> None:
-    from verl_otel_bridge.records import span_to_record
+    from verl_otel_bridge._internal.records import span_to_record
 
     with vob.session(sample=1, session=2):
         with vob.span("turn"):

@@ -26,8 +26,8 @@ import pytest
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.accounting import balance
-from verl_otel_bridge.exporters.redacting import REDACTED
+from verl_otel_bridge._internal.accounting import balance
+from verl_otel_bridge._internal.exporters.redacting import REDACTED
 
 from .fake_rl_insight import install_broken_rl_insight, usable_rl_insight
 from .helpers import WAIT_S, OtlpSink, assert_balanced, finished, forks_on_purpose, identity_of, wait_until
@@ -332,7 +332,7 @@ def test_warn_once_registry_is_capped(make_bridge: Callable[..., Bridge], logs: 
 EXIT_SCRIPT = """
 import atexit, json, sys
 import verl_otel_bridge as vob
-from verl_otel_bridge.accounting import balance
+from verl_otel_bridge._internal.accounting import balance
 
 # atexit runs handlers last-in first-out: this one runs after the bridge's own shutdown
 atexit.register(lambda: print("COUNTERS " + json.dumps(vob.get_bridge().status()["counters"])))

@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from opentelemetry.trace import use_span
 
 from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge._internal.identity import SessionIdentity
+from verl_otel_bridge._internal.protocol import TASK_SPAN_NAME, TRACE_SOURCE, TURN_SPAN_NAME
+from verl_otel_bridge._internal.report.html import nice_ticks, render_html
 from verl_otel_bridge.cli.app import build_cli
-from verl_otel_bridge.identity import SessionIdentity
-from verl_otel_bridge.protocol import TASK_SPAN_NAME, TRACE_SOURCE, TURN_SPAN_NAME
 from verl_otel_bridge.report import Report, StepReport, build_report
-from verl_otel_bridge.report.html import nice_ticks, render_html
 
 STEPS, UIDS, GROUP = (1, 2, 3), 4, 4
 #: step -> (uid index, session) of its straggler, its duration; every other session takes 1 to 1.4 s.

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from verl_otel_bridge._internal.report.phases import phase_rows
 from verl_otel_bridge.cli import app as cli
 from verl_otel_bridge.report import build_report
-from verl_otel_bridge.report.phases import phase_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURE = ROOT / "tests" / "browser" / "fixtures" / "verl-training-steps.jsonl"

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from verl_otel_bridge.accounting import SpanCounts
-from verl_otel_bridge.rl_insight.gauges import GaugePublisher
+from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.rl_insight.gauges import GaugePublisher
 
 from .helpers import wait_until
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.pipeline.sampling import group_sampled
+from verl_otel_bridge._internal.pipeline.sampling import group_sampled
 
 from .helpers import assert_balanced, finished
 
@@ -135,7 +135,7 @@ def test_slowest_and_reward_extreme_rules_keep_sessions_the_rate_would_drop(
 
 DECISIONS = """
 import json, sys
-from verl_otel_bridge.pipeline.sampling import group_sampled
+from verl_otel_bridge._internal.pipeline.sampling import group_sampled
 print(json.dumps([uid for uid in json.loads(sys.argv[1]) if group_sampled(uid, 0.25)]))
 """
 

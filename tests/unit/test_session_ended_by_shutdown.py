@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.protocol import SESSION_SPAN_NAME, STATUS, UNFINISHED
+from verl_otel_bridge._internal.protocol import SESSION_SPAN_NAME, STATUS, UNFINISHED
 
 
 def _ended_once(bridge: Bridge, caplog: pytest.LogCaptureFixture) -> None:

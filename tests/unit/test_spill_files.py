@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
-from verl_otel_bridge.accounting import SpanCounts
-from verl_otel_bridge.config import default_spill_dir
-from verl_otel_bridge.pipeline.spill import FROM_QUEUE, Health, Spill, SpillSettings
-from verl_otel_bridge.pipeline.spill import segments as spill_segments
-from verl_otel_bridge.records import record_to_span
+from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.config import default_spill_dir
+from verl_otel_bridge._internal.pipeline.spill import FROM_QUEUE, Health, Spill, SpillSettings
+from verl_otel_bridge._internal.pipeline.spill import segments as spill_segments
+from verl_otel_bridge._internal.records import record_to_span
 
 from .helpers import wait_until
 from .test_private_files import NOBODY, as_root

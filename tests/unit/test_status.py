@@ -13,7 +13,7 @@ from opentelemetry.trace import Span
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.status import BridgeStatus
+from verl_otel_bridge._internal.status import BridgeStatus
 
 WAIT_S = 10.0
 

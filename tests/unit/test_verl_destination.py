@@ -1,4 +1,4 @@
-"""The verl plugin's default destination (:mod:`verl_otel_bridge.verl.destination`): a private JSON Lines
+"""The verl plugin's default destination (:mod:`verl_otel_bridge._internal.verl.destination`): a private JSON Lines
 file per process in one directory when nothing says where spans go, else what the environment names.
 
 verl's config is a plain mapping of the keys the bridge reads (no verl needed); the
@@ -20,10 +20,10 @@ import pytest
 from click.testing import CliRunner
 
 from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge._internal.verl import destination
 from verl_otel_bridge.cli import app as cli
-from verl_otel_bridge.verl import destination
 
-LOGGER = "verl_otel_bridge.verl.destination"
+LOGGER = "verl_otel_bridge._internal.verl.destination"
 
 
 def verl_config(*, loggers: tuple[str, ...] = ("console",), section: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -85,7 +85,7 @@ def test_the_default_directory_is_under_the_home_directory_without_xdg_state_hom
 
 
 def test_file_names_differ_across_processes() -> None:
-    probe = "from verl_otel_bridge.verl.destination import process_file_name as n; print(n())"
+    probe = "from verl_otel_bridge._internal.verl.destination import process_file_name as n; print(n())"
     names = {
         subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60).stdout
         for _ in range(2)

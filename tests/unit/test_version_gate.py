@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from verl_otel_bridge import Bridge, BridgeConfig, logs
-from verl_otel_bridge.rl_insight import compat as rl_insight_compat
-from verl_otel_bridge.rl_insight.exporter import RLInsightSpanExporter
+from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge._internal import logs
+from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge._internal.rl_insight.exporter import RLInsightSpanExporter
 from verl_otel_bridge.testing import SpanCapture
 
 from .fake_rl_insight import (

@@ -10,8 +10,8 @@ from opentelemetry.trace import StatusCode
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
-from verl_otel_bridge.exporters.vocabulary import conversation_id, generic_span
-from verl_otel_bridge.protocol import GENERIC_IDENTITY_KEYS, IDENTITY_KEYS
+from verl_otel_bridge._internal.exporters.vocabulary import conversation_id, generic_span
+from verl_otel_bridge._internal.protocol import GENERIC_IDENTITY_KEYS, IDENTITY_KEYS
 from verl_otel_bridge.testing import capture_spans
 
 

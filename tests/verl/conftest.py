@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration")) 
 import harness
 import stack
 
-from verl_otel_bridge.verl import destination
+from verl_otel_bridge._internal.verl import destination
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,7 +34,7 @@ run_tag = integration.run_tag
 
 #: The bridge's variables, which no test inherits from the caller.
 WORKER_PREFIX = "VERL_OTEL_BRIDGE_"
-#: OpenTelemetry's variables that choose the verl plugin's destination (verl_otel_bridge.verl.destination).
+#: OpenTelemetry's variables that choose the verl plugin's destination (verl_otel_bridge._internal.verl.destination).
 DESTINATION_ENVS = (destination.TRACES_EXPORTER_ENV, *destination.OTLP_ENDPOINT_ENVS)
 
 
@@ -80,7 +80,7 @@ def _clean_process_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Ite
     no ``VERL_OTEL_BRIDGE_*`` nor OpenTelemetry destination (the Ray workers' variables stay theirs), the
     plugin switch unset, and a state directory of its own (the plugin's default span directory is in it)."""
     import verl_otel_bridge as vob
-    from verl_otel_bridge.rl_insight import compat as rl_insight_compat
+    from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
     from verl_otel_bridge.verl.plugin import SWITCH_ENV
 
     for name in [n for n in os.environ if n.startswith(WORKER_PREFIX) or n in DESTINATION_ENVS]:

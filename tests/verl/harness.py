@@ -64,7 +64,7 @@ def user_environment(tmp_path: Path) -> dict[str, str]:
 
 def records(spans: Sequence[Any]) -> list[dict[str, Any]]:
     """Finished spans as the JSONL exporter writes them (one dict per span)."""
-    from verl_otel_bridge.records import span_to_record
+    from verl_otel_bridge._internal.records import span_to_record
 
     return [span_to_record(span) for span in spans]
 

@@ -16,8 +16,8 @@ import pytest
 import stack
 from stack import OtlpReceiver, ReceivedSpan, RlInsightHub
 
-from verl_otel_bridge import current
-from verl_otel_bridge.protocol import GENERIC_IDENTITY_KEYS
+from verl_otel_bridge._internal import current
+from verl_otel_bridge._internal.protocol import GENERIC_IDENTITY_KEYS
 
 #: OTLP destinations get the generic vocabulary, where an identity key may be renamed
 #: (``session`` -> ``session.index``): read back under the native names.

@@ -18,7 +18,7 @@ from pathlib import Path
 import harness
 import pytest
 
-from verl_otel_bridge.verl import destination
+from verl_otel_bridge._internal.verl import destination
 
 CLI = Path(sys.executable).parent / "verl-otel-bridge"
 #: 2 prompts x 2 rollouts of ToolAgentLoop (session, task, 2 generate and 3 tool turns) and of SingleTurnAgentLoop

@@ -19,7 +19,7 @@ import stack
 from stack import RlInsightHub
 
 import verl_otel_bridge as vob
-from verl_otel_bridge import current
+from verl_otel_bridge._internal import current
 from verl_otel_bridge.verl import RLInsightLogger as Facade
 
 T0 = 1_764_000_000_123_456_789

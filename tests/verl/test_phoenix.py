@@ -24,7 +24,7 @@ import harness
 import pytest
 from stack import wait_until
 
-from verl_otel_bridge.verl import destination
+from verl_otel_bridge._internal.verl import destination
 
 HERE = Path(__file__).resolve().parent
 #: The ``phoenix`` command of the ``backends(phoenix)`` nox environment.

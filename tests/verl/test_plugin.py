@@ -20,9 +20,9 @@ import harness
 import pytest
 
 import verl_otel_bridge as vob
-from verl_otel_bridge import current
+from verl_otel_bridge._internal import current
+from verl_otel_bridge._internal.verl import tracing
 from verl_otel_bridge.testing import capture_spans
-from verl_otel_bridge.verl import tracing
 from verl_otel_bridge.verl.plugin import SWITCH_ENV
 
 

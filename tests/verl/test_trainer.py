@@ -31,11 +31,11 @@ import stack
 from click.testing import CliRunner
 from test_ray import worker_spans
 
+from verl_otel_bridge._internal.report.html import render_html
+from verl_otel_bridge._internal.verl import tracing, trainer
 from verl_otel_bridge.cli import app as cli
 from verl_otel_bridge.report import build_report
-from verl_otel_bridge.report.html import render_html
 from verl_otel_bridge.testing import capture_spans
-from verl_otel_bridge.verl import tracing, trainer
 from verl_otel_bridge.verl.plugin import SWITCH_ENV
 
 #: Set to a directory to keep the capture of the two-step run there (see the module docstring).

@@ -14,12 +14,12 @@
     Re-export a capture recorded offline, with the original ids and times.
 ``report CAPTURE... [--html OUT] [--step N]``
     Per step (files or directories, as ``show``): the slowest sessions, unfinished and hung ones, errors, zero-advantage
-    groups, reward against duration and turns (:mod:`verl_otel_bridge.report`).
+    groups, reward against duration and turns (:mod:`verl_otel_bridge._internal.report`).
 
 The command line needs the ``cli`` extra (``click`` and ``rich``). They are
 imported only inside :func:`main` and :func:`build_cli`, so the functions that
 do the work (:func:`verl_otel_bridge.cli.doctor.diagnose`,
-:func:`verl_otel_bridge.records.read_records`,
+:func:`verl_otel_bridge._internal.records.read_records`,
 :func:`verl_otel_bridge.cli.replay.replay_records`) are usable without them.
 """
 
@@ -36,13 +36,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.private_files import open_private_output
+from verl_otel_bridge._internal.records import capture_files, read_records
 from verl_otel_bridge._version import __version__, install_command
-from verl_otel_bridge.accounting import SpanCounts
 from verl_otel_bridge.cli.doctor import SERVER_TIMEOUT_S, diagnose
 from verl_otel_bridge.cli.replay import replay_pipeline, replay_records, start_ray_for
-from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.private_files import open_private_output
-from verl_otel_bridge.records import capture_files, read_records
 
 if TYPE_CHECKING:
     import click
@@ -150,7 +150,7 @@ def build_cli() -> click.Group:
 
         CAPTURE are files or directories (a directory: its *.jsonl files), e.g. one per worker.
         """
-        from verl_otel_bridge.tree import display, render_tree
+        from verl_otel_bridge._internal.tree import display, render_tree
 
         records: list[dict[str, Any]] = []
         bad: list[tuple[str, int, str]] = []
@@ -191,8 +191,8 @@ def build_cli() -> click.Group:
         CAPTURE are JSON Lines files (exporter: jsonl) or directories (their *.jsonl files), e.g. one per
         worker; they are streamed.
         """
+        from verl_otel_bridge._internal.report.text import renderables
         from verl_otel_bridge.report import build_report
-        from verl_otel_bridge.report.text import renderables
 
         if html_out is not None:
             problem = _unwritable(html_out)
@@ -208,7 +208,7 @@ def build_cli() -> click.Group:
         for part in renderables(built):
             console.print(part)
         if html_out is not None:
-            from verl_otel_bridge.report.html import render_html
+            from verl_otel_bridge._internal.report.html import render_html
 
             try:
                 with os.fdopen(open_private_output(html_out, truncate=True), "w", encoding="utf-8") as page:
@@ -324,7 +324,7 @@ def _report_bad(console: Any, bad: Sequence[tuple[str, int, str]], shown: int = 
     """The first ``shown`` bad lines as ``file:line: problem`` (the report's format too), then how many more."""
     from rich.text import Text
 
-    from verl_otel_bridge.tree import printable
+    from verl_otel_bridge._internal.tree import printable
 
     for file, number, problem in bad[:shown]:
         console.print(Text(printable(f"{file}:{number}: {problem}")))

@@ -33,12 +33,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import verl_otel_bridge as vob
+from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.private_files import UnsafePathError, open_private_new, private_dir
+from verl_otel_bridge._internal.protocol import PROGRESS_SPAN_NAME
+from verl_otel_bridge._internal.status import BridgeStatus
+from verl_otel_bridge._internal.tree import render_tree
 from verl_otel_bridge._version import install_command
-from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.private_files import UnsafePathError, open_private_new, private_dir
-from verl_otel_bridge.protocol import PROGRESS_SPAN_NAME
-from verl_otel_bridge.status import BridgeStatus
-from verl_otel_bridge.tree import render_tree
 
 TOOLS = ("search", "calculator", "python")
 #: The step simulated, its prompts and the sessions per prompt.
@@ -241,8 +241,8 @@ def main(output_dir: Path = OUTPUT_DIR) -> None:
     try:
         from rich.console import Console
 
+        from verl_otel_bridge._internal.report.text import renderables
         from verl_otel_bridge.report import build_report
-        from verl_otel_bridge.report.text import renderables
     except ImportError:
         print(f"(the report needs the cli extra: {install_command('cli')})")
         return

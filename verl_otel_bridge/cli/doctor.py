@@ -14,15 +14,15 @@ import platform
 from collections.abc import Mapping
 from typing import Any
 
+from verl_otel_bridge._internal.config import ENV_PREFIX, BridgeConfig, value_sources
+from verl_otel_bridge._internal.exporters.kinds import check_exporter
+from verl_otel_bridge._internal.pipeline.route import Route
+from verl_otel_bridge._internal.pipeline.spill import SpillSettings
+from verl_otel_bridge._internal.records import parse_json
+from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge._internal.rl_insight.otlp import fetch_services, trace_endpoint
+from verl_otel_bridge._internal.secrets import Scrubber, mask_url, masked, secrets_in
 from verl_otel_bridge._version import __version__, distribution_version, install_command
-from verl_otel_bridge.config import ENV_PREFIX, BridgeConfig, value_sources
-from verl_otel_bridge.exporters.kinds import check_exporter
-from verl_otel_bridge.pipeline.route import Route
-from verl_otel_bridge.pipeline.spill import SpillSettings
-from verl_otel_bridge.records import parse_json
-from verl_otel_bridge.rl_insight import compat as rl_insight_compat
-from verl_otel_bridge.rl_insight.otlp import fetch_services, trace_endpoint
-from verl_otel_bridge.secrets import Scrubber, mask_url, masked, secrets_in
 
 #: How long ``doctor`` waits for the RL-Insight server.
 SERVER_TIMEOUT_S = 2.0

@@ -15,12 +15,12 @@ from typing import IO, Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from verl_otel_bridge._internal.accounting import FAILED, FALLBACK, SpanCounts
+from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.pipeline.chain import Pipeline, build_pipeline
+from verl_otel_bridge._internal.records import iter_lines, record_to_span
+from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge._version import distribution_version
-from verl_otel_bridge.accounting import FAILED, FALLBACK, SpanCounts
-from verl_otel_bridge.config import BridgeConfig
-from verl_otel_bridge.pipeline.chain import Pipeline, build_pipeline
-from verl_otel_bridge.records import iter_lines, record_to_span
-from verl_otel_bridge.rl_insight import compat as rl_insight_compat
 
 # -- replay ----------------------------------------------------------------------
 

@@ -1,5 +1,1 @@
-"""Everything that touches the ``rl_insight`` package: the version probe, the exporter, its transports.
-
-Nothing outside this subpackage imports ``rl_insight``; the core loads these modules
-only when a bridge wants RL-Insight (see :mod:`verl_otel_bridge.pipeline.chain`).
-"""
+"""RL-Insight: the ``opentelemetry_traces_exporter`` entry point's class lives in :mod:`.exporter`."""

@@ -5,7 +5,7 @@
 agent loops with no code (``docs/verl.md``); :func:`bridge_config` reads a verl trainer config.
 """
 
-from verl_otel_bridge.verl.config import bridge_config
-from verl_otel_bridge.verl.logger import AgentLoopSession, RLInsightLogger
+from verl_otel_bridge._internal.verl.config import bridge_config
+from verl_otel_bridge._internal.verl.logger import AgentLoopSession, RLInsightLogger
 
 __all__ = ["AgentLoopSession", "RLInsightLogger", "bridge_config"]

@@ -2,8 +2,8 @@
 
 It imports no verl module and does nothing costly: it registers post-import
 hooks (``wrapt``) that patch verl's agent-loop methods when verl itself imports
-them (:mod:`verl_otel_bridge.verl.tracing`, and for the trainer's steps
-:mod:`verl_otel_bridge.verl.trainer`). Whether anything is traced is
+them (:mod:`verl_otel_bridge._internal.verl.tracing`, and for the trainer's steps
+:mod:`verl_otel_bridge._internal.verl.trainer`). Whether anything is traced is
 decided per trajectory: verl's rollout-trace backend is ``otel``
 (``actor_rollout_ref.rollout.trace.backend=otel``), or :data:`SWITCH_ENV` says so.
 
@@ -18,28 +18,28 @@ import logging
 from collections.abc import Callable
 from types import ModuleType
 
+from verl_otel_bridge._internal.verl.switch import BACKEND, SWITCH_ENV
 from verl_otel_bridge._version import install_command
-from verl_otel_bridge.verl.switch import BACKEND, SWITCH_ENV
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BACKEND", "HOOKS", "SWITCH_ENV", "TRAINER_HOOKS", "register"]
 
-#: verl module -> the function of :mod:`verl_otel_bridge.verl.tracing` that wraps it.
+#: verl module -> the function of :mod:`verl_otel_bridge._internal.verl.tracing` that wraps it.
 HOOKS = {
     "verl.utils.rollout_trace": "install_rollout_trace",
     "verl.experimental.agent_loop.agent_loop": "install_agent_loop",
     "verl.experimental.agent_loop.tool_agent_loop": "install_tool_agent_loop",
     "verl.workers.rollout.llm_server": "install_llm_server",
 }
-#: verl module -> the function of :mod:`verl_otel_bridge.verl.trainer` that wraps it (one trace per step).
+#: verl module -> the function of :mod:`verl_otel_bridge._internal.verl.trainer` that wraps it (one trace per step).
 TRAINER_HOOKS = {
     "verl.trainer.ppo.ray_trainer": "install_ray_trainer",
     "verl.utils.tracking": "install_tracking",
 }
 
 
-def _hook(installer: str, owner: str = "verl_otel_bridge.verl.tracing") -> Callable[[ModuleType], None]:
+def _hook(installer: str, owner: str = "verl_otel_bridge._internal.verl.tracing") -> Callable[[ModuleType], None]:
     def install(module: ModuleType) -> None:
         try:
             getattr(importlib.import_module(owner), installer)(module)
@@ -63,7 +63,7 @@ def register() -> bool:
     for module, installer in HOOKS.items():
         wrapt.register_post_import_hook(_hook(installer), module)
     for module, installer in TRAINER_HOOKS.items():
-        wrapt.register_post_import_hook(_hook(installer, "verl_otel_bridge.verl.trainer"), module)
+        wrapt.register_post_import_hook(_hook(installer, "verl_otel_bridge._internal.verl.trainer"), module)
     return True
 
 

@@ -1,0 +1,142 @@
+"""Writing spans to the spill, counting those that do not fit, and the spill's flush, shutdown and status."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from verl_otel_bridge._internal.accounting import DROPPED, SPILL_WRITTEN, SPILLED, SpanCounts
+from verl_otel_bridge._internal.exporters.redacting import redact
+from verl_otel_bridge._internal.logs import Reminder
+from verl_otel_bridge._internal.pipeline.queue import ExportQueue, QueueSettings
+from verl_otel_bridge._internal.pipeline.spill.drain import DrainThread, DrainTo
+from verl_otel_bridge._internal.pipeline.spill.health import Health
+from verl_otel_bridge._internal.pipeline.spill.segments import SegmentStore
+from verl_otel_bridge._internal.pipeline.spill.settings import FROM_QUEUE, SpillSettings
+from verl_otel_bridge._internal.records import span_to_record
+
+logger = logging.getLogger(__name__)
+
+#: While spans are being dropped, the WARNING that says so is repeated at most this often.
+DROP_WARNING_INTERVAL_S = 60.0
+
+
+class Spill:
+    """The spill files of one bridge, the thread that writes refused spans and the one that drains them.
+
+    ``drains`` maps ``spilled_from`` (:data:`FROM_QUEUE`, :data:`FROM_DESTINATION`)
+    to where a drained batch goes; set it before the first span. With ``health``,
+    the drain waits while the destination is failing (one batch per ``probe_s``).
+    """
+
+    def __init__(self, settings: SpillSettings, counts: SpanCounts, health: Health | None = None) -> None:
+        self.settings = settings
+        self.counts = counts
+        self.health = health
+        self.drains: dict[str, DrainTo] = {}
+        self._dropping = 0
+        self._drop_warning = Reminder(logger, DROP_WARNING_INTERVAL_S)
+        self._store = SegmentStore(settings.directory, settings.max_bytes)
+        # The caller only appends to this byte-bounded queue; its thread writes the files.
+        self._buffer = ExportQueue(
+            self._write_buffered,
+            QueueSettings(max_size=None, batch_size=settings.batch_size, delay_s=0.0, max_bytes=settings.buffer_bytes),
+            thread_name="verl-otel-bridge-spill",
+        )
+        self._drain = DrainThread(self._store, counts, self.drains, lambda: self.health, settings)
+
+    def offer(self, span: ReadableSpan, size: int) -> None:
+        """Take a span the export queue refused (estimated ``size`` bytes), to be written on the spill
+        thread; never blocks.
+
+        When the write buffer is full too (the disk is slower than the burst), the span is dropped.
+        """
+        if not self._buffer.put(span, size):
+            self._drop(1, "the spill's write buffer is full")
+
+    def write(self, spans: Sequence[ReadableSpan], spilled_from: str) -> bool:
+        """Append ``spans`` to the spill, counted ``spilled``; those that find it full are counted ``dropped``.
+
+        True when all of them were written.
+        """
+        lines = [
+            (json.dumps({**span_to_record(span), "spilled_from": spilled_from}, ensure_ascii=False) + "\n").encode()
+            for span in spans
+        ]
+        fit = self._store.append(lines, again=self._drain.is_current())
+        if fit:
+            self.counts.add(SPILLED, fit)
+            self.counts.add(SPILL_WRITTEN, fit)
+            self._drain.wake()
+        if fit < len(lines):
+            self._drop(
+                len(lines) - fit,
+                f"the spill is full or unwritable ({self.settings.max_bytes} bytes in {self.settings.directory})",
+            )
+            return False
+        if self._dropping:
+            logger.info("the spill takes spans again; %d were dropped while it could not", self._dropping)
+            self._dropping = 0
+        return True
+
+    def _write_buffered(self, taken: list[ReadableSpan]) -> None:
+        keys = self.settings.redact_keys
+        spans = [redact(span, keys) for span in taken] if keys else taken
+        try:
+            self.write(spans, FROM_QUEUE)
+        except Exception:
+            logger.exception("spilling %d spans raised; they are counted as dropped", len(spans))
+            self._drop(len(spans), "spilling raised")
+
+    def _drop(self, spans: int, why: str) -> None:
+        self.counts.add(DROPPED, spans)
+        first = not self._dropping
+        self._dropping += spans
+        if first and self._drop_warning.due():
+            logger.warning("%s: %d spans dropped (counted as dropped; more follow until it has room)", why, spans)
+
+    def on_drain_thread(self) -> bool:
+        """Whether the caller is the drain thread (whose batches always try the destination)."""
+        return self._drain.is_current()
+
+    def wake_drain(self) -> None:
+        """The destination answered: drain now if anything waits."""
+        self._drain.wake()
+
+    def force_flush(self, timeout_s: float) -> bool:
+        """Wait until every span offered before the call is written and no drained batch is in flight."""
+        deadline = time.monotonic() + timeout_s
+        written = self._buffer.force_flush(timeout_s)
+        return self._drain.wait_idle(max(0.0, deadline - time.monotonic())) and written
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Write what is buffered and stop both threads within ``timeout_s``; the files stay for replay."""
+        deadline = time.monotonic() + timeout_s
+        left = self._buffer.shutdown(timeout_s)
+        if left:
+            self._drop(left, "the bridge shut down before the spill thread wrote them")
+        if self._drain.stop(max(0.0, deadline - time.monotonic())):
+            self._store.close()
+        status = self.status()
+        if status["backlog"]:
+            logger.warning(
+                "%d spans are left in the spill (%s); send them with: verl-otel-bridge replay FILE --to ...",
+                status["backlog"],
+                ", ".join(status["files"]),
+            )
+
+    def status(self) -> dict[str, Any]:
+        """``file`` (the newest), ``files``, ``bytes`` on disk and ``backlog`` (spans not drained yet)."""
+        files, size, backlog = self._store.status()
+        return {
+            "dir": self.settings.directory,
+            "file": files[-1] if files else None,
+            "files": files,
+            "bytes": size,
+            "backlog": backlog,
+        }

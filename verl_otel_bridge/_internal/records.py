@@ -1,0 +1,263 @@
+"""A plain, JSON-ready record of a finished span (the JSONL and console format).
+
+One record per line::
+
+    {"name": "agent_session", "trace_id": "<32 hex>", "span_id": "<16 hex>",
+     "parent_span_id": "<16 hex>" | null, "start_time_ns": int, "end_time_ns": int,
+     "kind": "INTERNAL", "status": {"code": "UNSET"|"OK"|"ERROR", "description": str|null},
+     "attributes": {...}, "events": [{"name", "time_ns", "attributes"}],
+     "resource": {...}, "scope": "verl_otel_bridge"}
+
+Times are integer nanoseconds since the epoch, so nothing is lost to rounding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
+from pathlib import Path
+from typing import IO, Any
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes
+
+_HEX = re.compile(r"[0-9a-f]+")
+
+
+def span_to_record(span: ReadableSpan) -> dict[str, Any]:
+    """Describe ``span`` as a JSON-ready dict."""
+    context = span.get_span_context()
+    parent = span.parent
+    status = span.status
+    return {
+        "name": span.name,
+        "trace_id": format(context.trace_id, "032x") if context else None,
+        "span_id": format(context.span_id, "016x") if context else None,
+        "parent_span_id": format(parent.span_id, "016x") if parent is not None else None,
+        "start_time_ns": span.start_time,
+        "end_time_ns": span.end_time,
+        "kind": span.kind.name,
+        "status": {"code": status.status_code.name, "description": status.description},
+        "attributes": _plain(span_attributes(span)),
+        "events": [
+            {"name": event.name, "time_ns": event.timestamp, "attributes": _plain(event.attributes)}
+            for event in span.events
+        ],
+        "resource": _plain(span.resource.attributes) if span.resource is not None else {},
+        "scope": span.instrumentation_scope.name if span.instrumentation_scope is not None else None,
+    }
+
+
+#: ``ReadableSpan`` fields whose reading builds something (a copy, a view): read only when not replaced.
+_BUILT_ON_READ = {name: attrgetter(name) for name in ("attributes", "events", "links", "resource")}
+
+
+def replace_span(span: ReadableSpan, **changes: Any) -> ReadableSpan:
+    """A copy of ``span`` with some of ``ReadableSpan``'s constructor arguments replaced."""
+    arguments: dict[str, Any] = {
+        "name": span.name,
+        "context": span.get_span_context(),
+        "parent": span.parent,
+        "kind": span.kind,
+        "status": span.status,
+        "start_time": span.start_time,
+        "end_time": span.end_time,
+        "instrumentation_scope": span.instrumentation_scope,
+        **changes,
+    }
+    for name, read in _BUILT_ON_READ.items():
+        if name not in arguments:
+            arguments[name] = read(span)
+    return ReadableSpan(**arguments)
+
+
+def _plain(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not attributes:
+        return {}
+    if attributes.__class__ is not dict:  # the SDK's attribute container answers each item with a Python call
+        attributes = attributes_dict(attributes)
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in attributes.items()}
+
+
+# -- records -> spans ------------------------------------------------------------
+
+
+def record_to_span(record: Mapping[str, Any]) -> ReadableSpan:
+    """Rebuild the ``ReadableSpan`` a record of :mod:`verl_otel_bridge._internal.records` describes.
+
+    Ids, nanosecond times, kind, status, attributes (JSON lists become tuples),
+    events, resource and scope name are restored exactly, so
+    ``span_to_record(record_to_span(r)) == r`` for any record the bridge wrote.
+
+    Raises:
+        ValueError: the record lacks a field or a field has the wrong form.
+    """
+    if not isinstance(record, Mapping):
+        raise ValueError(f"a span record is a JSON object, not {type(record).__name__}")
+    try:
+        name = record["name"]
+        if not isinstance(name, str):
+            raise ValueError(f"name is {type(name).__name__}, not a string")
+        trace_id = _hex_id(record.get("trace_id"), 32, "trace_id")
+        span_id = _hex_id(record.get("span_id"), 16, "span_id")
+        parent_id = _hex_id(record.get("parent_span_id"), 16, "parent_span_id")
+        flags = TraceFlags(TraceFlags.SAMPLED)
+        context = (
+            SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags)
+            if trace_id is not None and span_id is not None
+            else None
+        )
+        parent = (
+            SpanContext(trace_id or 0, parent_id, is_remote=False, trace_flags=flags) if parent_id is not None else None
+        )
+        start, end = (
+            _time(record.get("start_time_ns"), "start_time_ns"),
+            _time(record.get("end_time_ns"), "end_time_ns"),
+        )
+        kind = SpanKind[str(record.get("kind") or "INTERNAL")]
+        status = record.get("status") or {}
+        if not isinstance(status, Mapping):
+            raise ValueError("status is not an object")
+        status_obj = Status(StatusCode[str(status.get("code") or "UNSET")], status.get("description"))
+        events = [
+            Event(
+                str(event["name"]),
+                _attributes(event.get("attributes"), "event attributes"),
+                _time(event.get("time_ns"), "event time_ns"),
+            )
+            for event in (record.get("events") or [])
+        ]
+        resource = Resource(dict(_attributes(record.get("resource"), "resource") or {}))
+        scope = record.get("scope")
+        return ReadableSpan(
+            name=name,
+            context=context,
+            parent=parent,
+            resource=resource,
+            attributes=_attributes(record.get("attributes"), "attributes"),
+            events=events,
+            kind=kind,
+            status=status_obj,
+            start_time=start,
+            end_time=end,
+            instrumentation_scope=InstrumentationScope(str(scope)) if scope is not None else None,
+        )
+    except KeyError as exc:
+        raise ValueError(f"missing or unknown value {exc}") from None
+    except (TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _hex_id(value: Any, width: int, what: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) != width or not _HEX.fullmatch(value):
+        raise ValueError(f"{what} must be {width} lowercase hex digits, not {value!r}")
+    return int(value, 16)
+
+
+def _time(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be integer nanoseconds, not {value!r}")
+    return value
+
+
+def _attributes(value: Any, what: str) -> BoundedAttributes | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{what} is not an object")
+    plain = {str(k): tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+    return BoundedAttributes(maxlen=None, attributes=plain, immutable=True, max_value_len=None)
+
+
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads(text)``, with any text that is not JSON (nested too deeply for the parser too) a ``ValueError``.
+
+    Raises:
+        ValueError: ``text`` is not JSON (``UnicodeDecodeError`` for bytes that are not UTF-8).
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+
+
+@dataclass
+class ReadResult:
+    """What :func:`read_records` found: good records and the bad lines (number, reason)."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    bad: list[tuple[int, str]] = field(default_factory=list)
+
+
+def iter_lines(stream: IO[bytes]) -> Iterator[tuple[int, int, dict[str, Any] | None, str | None]]:
+    """``(line number, bytes read, record or None, error or None)`` for each non-blank line."""
+    for number, raw in enumerate(stream, start=1):
+        size = len(raw)
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            record = parse_json(text.decode("utf-8"))
+        except ValueError as exc:
+            yield number, size, None, f"not JSON ({exc})"
+            continue
+        problem = _record_problem(record)
+        yield number, size, (None if problem else record), problem
+
+
+def _record_problem(record: Any) -> str | None:
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not a span record"
+    if not isinstance(record.get("name"), str):
+        return "no span name"
+    if not isinstance(record.get("span_id"), str):
+        return "no span_id"
+    if not isinstance(record.get("attributes", {}), dict):
+        return "attributes is not an object"
+    if not isinstance(record.get("status", {}) or {}, dict):
+        return "status is not an object"
+    return None
+
+
+def capture_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """The JSONL files ``paths`` name: a file as it is, a directory as its ``*.jsonl`` files (sorted, not
+    recursive), e.g. the verl plugin's default directory with one file per process.
+
+    Raises:
+        ValueError: a directory holds no ``*.jsonl`` file.
+    """
+    files: list[Path] = []
+    for given in map(Path, paths):
+        if given.is_dir():
+            found = sorted(p for p in given.glob("*.jsonl") if p.is_file())
+            if not found:
+                raise ValueError(f"{given} holds no *.jsonl file")
+            files += found
+        else:
+            files.append(given)
+    return files
+
+
+def read_records(path: str | os.PathLike[str]) -> ReadResult:
+    """Parse a JSONL capture; lines that are not span records are counted, not fatal."""
+    result = ReadResult()
+    with open(path, "rb") as stream:
+        for number, _size, record, problem in iter_lines(stream):
+            if record is None:
+                result.bad.append((number, problem or "unreadable"))
+            else:
+                result.records.append({"attributes": {}, **record})
+    return result

@@ -1,0 +1,1 @@
+"""The report's implementation: see :mod:`verl_otel_bridge.report`."""

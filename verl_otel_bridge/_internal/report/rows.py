@@ -1,0 +1,84 @@
+"""Display strings for steps and sessions, shared by the terminal and HTML views."""
+
+from __future__ import annotations
+
+from verl_otel_bridge._internal.report.aggregate import Report, SessionSummary
+
+
+def seconds(value: float | None) -> str:
+    """``1.234 s``, ``-`` for None."""
+    return "-" if value is None else f"{value:.3f} s"
+
+
+def number(value: float | None, digits: int = 3) -> str:
+    """A float with ``digits`` decimals, ``-`` for None."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+#: Zero-advantage groups named per step (all are counted).
+LISTED = 10
+
+#: Step-table columns a terminal shows (the HTML view shows every column of :func:`step_rows`).
+STEP_COLUMNS = (
+    "step",
+    "sessions",
+    "done",
+    "unfin.",
+    "hung",
+    "err",
+    "p50 s",
+    "p90 s",
+    "max s",
+    "0-adv",
+    "reward",
+    "r(dur)",
+)
+
+
+def step_rows(report: Report) -> list[dict[str, str]]:
+    """The step table, one dict of display strings per step (shared by the text and HTML views)."""
+    return [
+        {
+            "step": str(s.step),
+            "sessions": str(s.sessions),
+            "done": str(s.finished),
+            "unfin.": str(len(s.unfinished)),
+            "hung": str(len(s.hung)),
+            "partial": str(s.partial),
+            "err": str(s.error_spans),
+            "p50 s": number(s.p50_s),
+            "p90 s": number(s.p90_s),
+            "max s": number(s.max_s),
+            "0-adv": str(len(s.zero_advantage)),
+            "reward": number(s.reward_mean),
+            "r(dur)": number(s.reward_vs_duration, 2),
+            "r(turns)": number(s.reward_vs_turns, 2),
+            "slowest session": s.slowest[0].state_lane_id if s.slowest else "-",
+        }
+        for s in report.steps
+    ]
+
+
+def session_row(s: SessionSummary) -> dict[str, str]:
+    """One session's display strings (shared by the text and HTML views)."""
+    return {
+        "uid": s.uid,
+        "sample": s.sample,
+        "session": s.session,
+        "dur s": number(s.duration_s),
+        "turns": str(s.turns),
+        "gen s": number(s.generate_s),
+        "tool s": number(s.tool_s),
+        "tokens": str(s.tokens),
+        "reward": number(s.reward),
+        "server": s.server or "-",
+        "status": s.status or s.kind,
+        "last span": s.last_span or "-",
+        "errors": str(s.errors),
+        "first error": s.error or "-",
+    }
+
+
+SLOWEST_COLUMNS = ("uid", "sample", "session", "dur s", "turns", "gen s", "tool s", "tokens", "reward", "server")
+OPEN_COLUMNS = ("uid", "sample", "session", "status", "dur s", "turns", "last span")
+ERROR_COLUMNS = ("uid", "sample", "session", "errors", "first error")

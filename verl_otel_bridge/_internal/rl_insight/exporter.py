@@ -1,0 +1,345 @@
+"""Forwards finished spans to RL-Insight, or to a fallback exporter when it is unusable."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from verl_otel_bridge._internal import protocol
+from verl_otel_bridge._internal.accounting import (
+    FAILED,
+    FALLBACK,
+    OTLP_FAILED_BATCHES,
+    RL_INSIGHT_ERRORS,
+    RL_INSIGHT_UNCONFIRMED,
+    SESSION_GAUGES_FAILED,
+    SESSION_GAUGES_PUBLISHED,
+    SpanCounts,
+    exported,
+)
+from verl_otel_bridge._internal.attributes import span_attributes
+from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.exporters.kinds import named_exporter
+from verl_otel_bridge._internal.exporters.redacting import redact
+from verl_otel_bridge._internal.forks import reinit_after_fork
+from verl_otel_bridge._internal.logs import OnceLogger
+from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
+from verl_otel_bridge._internal.rl_insight import private
+from verl_otel_bridge._internal.rl_insight.compat import Probe
+from verl_otel_bridge._internal.rl_insight.gauges import GaugePublisher
+from verl_otel_bridge._internal.rl_insight.hub import HubTransport
+from verl_otel_bridge._internal.rl_insight.notices import UnusableNotice
+from verl_otel_bridge._internal.rl_insight.otlp import DEFAULT_NAMESPACE, OtlpTransport, otlp_settings
+from verl_otel_bridge._internal.rl_insight.sessions import is_session_span, publish_session_gauges
+
+logger = logging.getLogger(__name__)
+
+
+class RLInsightSpanExporter(SpanExporter):
+    """A ``SpanExporter`` that calls ``rl_insight.trace_span`` for each span.
+
+    RL-Insight is used only when it is *usable* (see
+    :mod:`verl_otel_bridge._internal.rl_insight.compat`): importable, ``__version__`` >=
+    ``minimum_version``, ``trace_span`` callable, a server URL set and Ray
+    initialised at export time. Then ``rl_insight.init`` runs once per process
+    with the project and experiment name. Otherwise spans go to ``fallback``
+    (a bounded in-memory exporter by default), one log line per reason says
+    why, and :meth:`status` keeps saying it. A ``trace_span`` call that raises
+    sends that span and the rest of its batch to the fallback; so does a batch
+    RL-Insight's hub does not confirm (a dead hub actor, or one exporting no
+    traces: ``trace_span`` reports neither). Nothing here raises into the caller.
+
+    ``transport`` picks how spans reach RL-Insight's trace store (see
+    :mod:`verl_otel_bridge._internal.rl_insight.otlp`): ``hub`` calls
+    ``rl_insight.trace_span`` per span; ``otlp`` sends batches straight to the
+    endpoint RL-Insight's server advertises, as the hub would, keeping real
+    parent/child ids; ``auto`` (default) uses ``otlp`` when the endpoint is
+    discovered and ``hub`` otherwise. A failed OTLP export goes through the hub.
+
+    ``agent_session`` spans made by the bridge's sessions also publish RL-Insight's
+    agent-loop dashboard gauges (see :mod:`verl_otel_bridge._internal.rl_insight.sessions`);
+    RL-Insight still receives exactly one ``agent_session`` span per session,
+    with the session's real start and end.
+
+    Args:
+        fallback: where spans go when RL-Insight is unusable; default: the
+            config's ``fallback`` (a bounded in-memory exporter by default).
+        minimum_version: the oldest RL-Insight forwarded to; default: the
+            config's ``rl_insight_min_version`` (0.3.0).
+        config: project, experiment, server URL, ``rl_insight.init`` config,
+            transport and reminder interval; default: read from the environment
+            (so ``OTEL_TRACES_EXPORTER=rl_insight`` works with no arguments; built
+            so, the exporter also applies ``redact_attributes`` itself).
+        explicit: RL-Insight was asked for by name, so being unusable is a
+            WARNING; under ``auto`` it is an INFO.
+        counts: where outcomes are counted (``exported.rl_insight``,
+            ``fallback``, ``failed``); a private counter when None.
+    """
+
+    def __init__(
+        self,
+        fallback: SpanExporter | None = None,
+        minimum_version: str | None = None,
+        *,
+        config: BridgeConfig | None = None,
+        explicit: bool = True,
+        counts: SpanCounts | None = None,
+    ) -> None:
+        by_name = config is None  # e.g. OTEL_TRACES_EXPORTER=rl_insight: no bridge pipeline around it
+        self.config = config if config is not None else BridgeConfig.resolve()
+        self.fallback = fallback if fallback is not None else named_exporter(self.config.fallback, self.config)
+        self.fallback_name = self.config.fallback if fallback is None else type(fallback).__name__
+        self.minimum_version = minimum_version or self.config.rl_insight_min_version
+        self.explicit = explicit
+        self.counts = counts if counts is not None else SpanCounts()
+        self._new_lock()
+        reinit_after_fork(self._new_lock)
+        self._static: Probe | None = None
+        self._last: Probe | None = None
+        self._once = OnceLogger(logger)
+        self._notice = UnusableNotice(
+            logger,
+            explicit=explicit,
+            fallback_name=self.fallback_name,
+            reminder_interval_s=self.config.reminder_interval_s,
+        )
+        # Checked now, so a bad OTEL_EXPORTER_OTLP_* value raises at configure().
+        self._otlp_settings = otlp_settings(self.config.rl_insight_transport, os.environ)
+        self._otlp: OtlpTransport | None = None
+        self._last_transport: str | None = None
+        self._hub = HubTransport()
+        self._gauges: GaugePublisher[tuple[Probe, ReadableSpan]] = GaugePublisher(
+            lambda item: self._publish_gauges(*item), self.counts
+        )
+        # The bridge's pipeline redacts before its exporters; built by name, this exporter does it itself.
+        self._redacted = frozenset(self.config.redact_attributes) if by_name else frozenset()
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()  # also after a fork: the export thread may have held it
+
+    def start_probe(self) -> None:
+        """Start checking RL-Insight on a thread of its own.
+
+        Importing RL-Insight pulls in Ray (seconds): the bridge's pipeline calls this
+        when it builds the exporter, so the first export does not stall while spans
+        pile up in the queue. Without it the first export probes.
+        """
+        threading.Thread(target=self._static_probe, name="verl-otel-bridge-probe", daemon=True).start()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._redacted:
+            spans = [redact(span, self._redacted) for span in spans]
+        try:
+            probe = self.probe(initialize=True)
+        except Exception as exc:  # noqa: BLE001 - a probe bug must not lose spans
+            probe = Probe(False, "probe_failed", f"checking RL-Insight raised {type(exc).__name__}: {exc}")
+            self._note_unusable(probe)
+        if not probe.usable or probe.module is None:
+            return self._to_fallback(spans)
+        attributes = [forwarded_attributes(span) for span in spans]
+        for span in spans:
+            if is_session_span(span):
+                self._gauges.submit((probe, span))
+        if self._otlp_ready(probe.module):
+            sent = self._send_otlp(spans, attributes)
+            if sent == len(spans):
+                return SpanExportResult.SUCCESS
+            spans, attributes = spans[sent:], attributes[sent:]
+        return self._send_hub(probe, spans, attributes)
+
+    def _send_hub(
+        self, probe: Probe, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]
+    ) -> SpanExportResult:
+        assert probe.module is not None
+        self._last_transport = "hub"
+        outcome = self._hub.send(probe.module, spans, attributes)
+        if outcome.problem is not None:
+            # The hub cannot deliver: this batch (any of which it may have lost) and later ones go to the fallback.
+            problem = rl_insight_compat.with_reason(probe, *outcome.problem)
+            self._last = problem
+            self._note_unusable(problem)
+            return self._to_fallback(spans)
+        self.counts.add(exported("rl_insight"), outcome.sent)
+        if outcome.unconfirmed:
+            self.counts.add(RL_INSIGHT_UNCONFIRMED)
+            self._once.log(
+                "hub-slow",
+                logging.WARNING,
+                "RL-Insight's monitor hub did not confirm a batch within %.0f s; counted as exported",
+                self._hub.confirm_timeout_s,
+            )
+        if outcome.error is None:
+            return SpanExportResult.SUCCESS
+        exc = outcome.error
+        self.counts.add(RL_INSIGHT_ERRORS)
+        self._once.log(
+            f"raised:{type(exc).__name__}",
+            logging.WARNING,
+            "rl_insight.trace_span raised %s: %s; that span and the rest of its batch (%d) go to the %s exporter",
+            type(exc).__name__,
+            exc,
+            len(spans) - outcome.sent,
+            self.fallback_name,
+        )
+        return self._to_fallback(spans[outcome.sent :])
+
+    def _otlp_ready(self, module: Any = None) -> bool:
+        if self._otlp_settings is None:  # the hub transport, or auto without urllib3
+            return False
+        if self._otlp is None:
+            section = (self.config.rl_insight_config or {}).get("server")
+            server: Mapping[str, Any] = section if isinstance(section, Mapping) else {}
+            url = self._server_url() or ""
+            # What the hub adds comes from RL-Insight's own init (which may not have been the bridge's).
+            state = private.state(module)
+            labels = getattr(state, "labels", None)
+            namespace = getattr(state, "namespace", None) or server.get("namespace") or DEFAULT_NAMESPACE
+            self._otlp = OtlpTransport(
+                str(url).strip(),
+                namespace=str(namespace),
+                labels=dict(labels)
+                if isinstance(labels, Mapping)
+                else {"project": self.config.project, "experiment_name": self.config.experiment_name},
+                settings=self._otlp_settings,
+            )
+        ready = self._otlp.available()
+        if not ready and self.config.rl_insight_transport == "otlp":
+            self._once.log(
+                "otlp-unavailable",
+                logging.WARNING,
+                "rl_insight_transport=otlp but the trace endpoint is not available (%s); using the hub meanwhile",
+                self._otlp.last_error,
+            )
+        return ready
+
+    def _send_otlp(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> int:
+        """How many leading spans the endpoint accepted; the rest are for the hub."""
+        assert self._otlp is not None
+        sent = self._otlp.send(spans, attributes)
+        if sent:
+            self._last_transport = "otlp"
+            left_out = self._otlp.take_left_out()  # spans it could not encode: failed, the others exported
+            self.counts.add(exported("rl_insight_otlp"), sent - left_out)
+            self.counts.add(FAILED, left_out)
+        if sent == len(spans):
+            return sent
+        self.counts.add(OTLP_FAILED_BATCHES)
+        self._once.log(
+            "otlp-failed",
+            logging.WARNING,
+            "sending %d spans to %s failed (%s); they go through RL-Insight's hub, and the endpoint is retried "
+            "with backoff",
+            len(spans) - sent,
+            self._otlp.endpoint,
+            self._otlp.last_error,
+        )
+        return sent
+
+    def _static_probe(self) -> Probe:
+        with self._lock:
+            if self._static is None:
+                self._static = rl_insight_compat.probe_module(self.minimum_version)
+            return self._static
+
+    def probe(self, *, initialize: bool = False) -> Probe:
+        """Check RL-Insight now; with ``initialize``, also run ``rl_insight.init`` once if needed."""
+        static = self._static_probe()
+        probe = rl_insight_compat.check_runtime(static, self._server_url())
+        if initialize and probe.usable:
+            probe = rl_insight_compat.ensure_initialized(
+                probe,
+                project=self.config.project,
+                experiment_name=self.config.experiment_name,
+                config=rl_insight_compat.with_server_url(
+                    self.config.rl_insight_config, self.config.rl_insight_server_url
+                ),
+            )
+        self._last = probe
+        if not probe.usable:
+            self._note_unusable(probe)
+        return probe
+
+    def _server_url(self) -> str | None:
+        return rl_insight_compat.server_url(self.config.rl_insight_server_url, self.config.rl_insight_config)
+
+    def status(self) -> dict[str, Any]:
+        """Where spans go and why, RL-Insight's version, and the counters."""
+        probe = self._last or self.probe()
+        route = "rl_insight" if probe.usable else f"{self.fallback_name} (fallback)"
+        otlp = self._otlp
+        return {
+            "exporter": route,
+            "rl_insight_transport": self._last_transport or self.config.rl_insight_transport,
+            "otlp_endpoint": otlp.endpoint if otlp is not None else None,
+            "otlp_error": otlp.last_error if otlp is not None else None,
+            "reason": probe.reason,
+            "detail": probe.detail,
+            "rl_insight_installed": probe.reason != "not_installed",
+            "rl_insight_version": probe.version,
+            "rl_insight_package_version": probe.installed,
+            "counters": self.counts.snapshot(),
+        }
+
+    def _publish_gauges(self, probe: Probe, span: ReadableSpan) -> None:
+        try:
+            publish_session_gauges(probe.module, span)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - gauges are extra; the span still goes out
+            self.counts.add(SESSION_GAUGES_FAILED)
+            self._once.log(
+                f"gauges:{type(exc).__name__}",
+                logging.WARNING,
+                "agent-loop dashboard gauges not published (%s: %s); session spans are still forwarded",
+                type(exc).__name__,
+                exc,
+            )
+        else:
+            self.counts.add(SESSION_GAUGES_PUBLISHED)
+
+    def _to_fallback(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self.fallback.export(spans)
+        except Exception:
+            logger.exception("fallback exporter %s raised", self.fallback_name)
+            result = SpanExportResult.FAILURE
+        self.counts.add(FALLBACK if result is SpanExportResult.SUCCESS else "failed", len(spans))
+        return result
+
+    def _note_unusable(self, probe: Probe) -> None:
+        self._notice.note(probe, self.counts.get(FALLBACK))
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Wait (bounded) for the sessions' dashboard gauges still being published, then flush the fallback."""
+        published = self._gauges.flush(timeout_millis / 1000)
+        return self.fallback.force_flush(timeout_millis) and published
+
+    def shutdown(self) -> None:
+        self._gauges.shutdown()
+        if self._otlp is not None:
+            self._otlp.shutdown()
+        self.fallback.shutdown()
+
+
+def forwarded_attributes(span: ReadableSpan) -> dict[str, Any]:
+    """The span's attributes plus its ids, status and first exception, as RL-Insight receives them."""
+    attributes = span_attributes(span)
+    context = span.get_span_context()
+    if context is not None:
+        attributes[protocol.TRACE_ID] = format(context.trace_id, "032x")
+        attributes[protocol.SPAN_ID] = format(context.span_id, "016x")
+    attributes[protocol.PARENT_SPAN_ID] = format(span.parent.span_id, "016x") if span.parent is not None else ""
+    attributes[protocol.STATUS_CODE] = span.status.status_code.name
+    if span.status.description:
+        attributes[protocol.STATUS_DESCRIPTION] = span.status.description
+    for event in span.events:
+        if event.name == "exception" and event.attributes:
+            for key in ("exception.type", "exception.message"):
+                if key in event.attributes:
+                    attributes.setdefault(key, event.attributes[key])
+            break
+    return attributes

@@ -1,0 +1,108 @@
+"""Render spans as an indented tree, one line per span, for people to read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from verl_otel_bridge._internal.protocol import IDENTITY_KEYS
+from verl_otel_bridge._internal.records import span_to_record
+
+_SHOWN_IDENTITY = ("sample", "session", "traj", "global_steps", "uid")
+# C0 and C1 control characters, DEL and the bidirectional overrides: what can move a
+# terminal's cursor, set its title or clipboard, or make text read differently.
+_ESCAPED = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in (*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+}
+# Bookkeeping and GenAI twins of attributes already shown.
+_HIDDEN_PREFIXES = ("monitor.", "gen_ai.", "otel.")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\xNN``), safe to print to a terminal."""
+    return text.translate(_ESCAPED)
+
+
+def display(value: Any) -> str:
+    """Any value from a capture as one line of text: strings as they are, others as JSON (never raises)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return f"<{type(value).__name__}>"
+
+
+def render_tree(spans: Iterable[ReadableSpan | Mapping[str, Any]], *, max_attributes: int = 6) -> str:
+    """An indented tree of ``spans`` (SDK spans or JSONL records), children under parents.
+
+    Each line shows the name, the duration, the identity (sample, session,
+    traj, global_steps, uid) and up to ``max_attributes`` other attributes
+    (``gen_ai.*``, ``monitor.*`` and ``otel.*`` are left out). Spans whose
+    parent is not among ``spans`` are shown as roots, ordered by start.
+    """
+    records = [span if isinstance(span, Mapping) else span_to_record(span) for span in spans]
+    ids = {r["span_id"] for r in records}
+    children: dict[str | None, list[Mapping[str, Any]]] = {}
+    for record in records:
+        parent = record.get("parent_span_id")
+        own = parent if isinstance(parent, str) and parent in ids and parent != record["span_id"] else None
+        children.setdefault(own, []).append(record)
+    for group in children.values():
+        group.sort(key=lambda r: (_ns(r.get("start_time_ns")) or 0, r["name"]))
+    lines: list[str] = []
+    shown: set[int] = set()
+    # Depth first without recursion (a capture may chain any number of spans), each record
+    # once; records in a cycle of parents (ids repeated in a capture) are shown as roots after.
+    for root in [*children.get(None, []), *records]:
+        stack = [(root, 0)]
+        while stack:
+            record, depth = stack.pop()
+            if id(record) in shown:
+                continue
+            shown.add(id(record))
+            attributes = record.get("attributes") or {}
+            lines.append("  " * depth + printable(_line(record, attributes, _identity(attributes), max_attributes)))
+            stack.extend((child, depth + 1) for child in reversed(children.get(record["span_id"], [])))
+    return "\n".join(lines)
+
+
+def _identity(attributes: Mapping[str, Any]) -> str:
+    if "state_lane_id" not in attributes:
+        return ""
+    return " ".join(f"{key}={_short(attributes[key])}" for key in _SHOWN_IDENTITY if attributes.get(key, "") != "")
+
+
+def _line(record: Mapping[str, Any], attributes: Mapping[str, Any], identity: str, max_attributes: int) -> str:
+    start, end = _ns(record.get("start_time_ns")), _ns(record.get("end_time_ns"))
+    duration = f"{(end - start) / 1e6:.1f} ms" if start is not None and end is not None else "?"
+    status = record.get("status")
+    code = status.get("code", "UNSET") if isinstance(status, Mapping) else "UNSET"
+    others = [
+        f"{key}={_short(value)}"
+        for key, value in attributes.items()
+        if key not in IDENTITY_KEYS and not key.startswith(_HIDDEN_PREFIXES)
+    ]
+    extra = " ".join(others[:max_attributes]) + (" ..." if len(others) > max_attributes else "")
+    parts = [f"{record['name']} [{duration}]"]
+    if code == "ERROR":
+        parts.append("ERROR")
+    if identity:
+        parts.append(f"{{{identity}}}")
+    if extra:
+        parts.append(extra)
+    return " ".join(parts)
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = str(value) if isinstance(value, (bool, float)) else display(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _ns(value: Any) -> int | None:
+    """A time in integer nanoseconds, None for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
