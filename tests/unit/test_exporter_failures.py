@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal.accounting import SpanCounts
-from verl_otel_bridge._internal.exporters import BoundedMemorySpanExporter, CountingSpanExporter
+from verl_otel_bridge._internal.exporters import BoundedMemorySpanExporter, CountingSpanExporter, FallbackSpanExporter
 from verl_otel_bridge._internal.rl_insight.exporter import RLInsightSpanExporter
 from verl_otel_bridge.testing import SpanCapture
 
@@ -40,6 +40,54 @@ class RaisingExporter(SpanExporter):
 
     def shutdown(self) -> None:
         pass
+
+
+class TakesSome:
+    """A primary that takes the first ``takes`` spans of each batch (counted ``exported.primary``)."""
+
+    def __init__(self, takes: int, counts: SpanCounts, *, raises: bool = False) -> None:
+        self.takes, self.counts, self.raises = takes, counts, raises
+        self.flushed = self.shut = False
+
+    def deliver(self, spans: Sequence[ReadableSpan]) -> Sequence[ReadableSpan]:
+        if self.raises:
+            raise ConnectionError("primary down")
+        self.counts.add("exported.primary", min(self.takes, len(spans)))
+        return spans[self.takes :]
+
+    def force_flush(self, timeout_millis: int) -> bool:
+        self.flushed = True
+        return True
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+@pytest.mark.parametrize(
+    ("takes", "raises", "fallback_raises", "result", "counted"),
+    [
+        (5, False, False, SpanExportResult.SUCCESS, {"exported.primary": 5, "fallback": 0, "failed": 0}),
+        (2, False, False, SpanExportResult.SUCCESS, {"exported.primary": 2, "fallback": 3, "failed": 0}),
+        (2, False, True, SpanExportResult.FAILURE, {"exported.primary": 2, "fallback": 0, "failed": 3}),
+        (0, True, False, SpanExportResult.SUCCESS, {"exported.primary": 0, "fallback": 5, "failed": 0}),
+    ],
+)
+def test_the_fallback_wrapper_sends_what_the_primary_could_not_take_and_counts_each_span_once(
+    takes: int, raises: bool, fallback_raises: bool, result: SpanExportResult, counted: dict[str, int]
+) -> None:
+    counts = SpanCounts()
+    primary = TakesSome(takes, counts, raises=raises)
+    fallback = RaisingExporter() if fallback_raises else BoundedMemorySpanExporter(10)
+    exporter = FallbackSpanExporter(primary, fallback, counts, "memory")
+    spans = [ReadableSpan(name=f"s{i}") for i in range(5)]
+    assert exporter.export(spans) is result
+    assert {key: counts.get(key) for key in counted} == counted
+    if isinstance(fallback, BoundedMemorySpanExporter):
+        assert [s.name for s in fallback.get_finished_spans()] == [s.name for s in spans[5 - counted["fallback"] :]]
+    exporter.force_flush(1000)
+    assert primary.flushed
+    exporter.shutdown()
+    assert primary.shut
 
 
 def _ten_spans(bridge: Bridge, boom_at: int | None = None) -> dict[str, Any]:

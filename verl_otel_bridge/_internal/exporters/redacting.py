@@ -46,3 +46,9 @@ class RedactingSpanExporter(WrappingSpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return self.inner.export([redact(span, self.keys) for span in spans])
+
+
+def with_redaction(exporter: SpanExporter, keys: Iterable[str]) -> SpanExporter:
+    """The top of an exporter chain: ``exporter`` behind a :class:`RedactingSpanExporter` when ``keys`` name any."""
+    keys = tuple(keys)
+    return RedactingSpanExporter(exporter, keys) if keys else exporter

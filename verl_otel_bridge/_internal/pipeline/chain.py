@@ -15,7 +15,7 @@ from verl_otel_bridge._internal.exporters.counting import CountingSpanExporter
 from verl_otel_bridge._internal.exporters.fanout import FanOutSpanExporter
 from verl_otel_bridge._internal.exporters.kinds import inline, named_exporter
 from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
-from verl_otel_bridge._internal.exporters.redacting import RedactingSpanExporter
+from verl_otel_bridge._internal.exporters.redacting import with_redaction
 from verl_otel_bridge._internal.pipeline.processors import ExportSpanProcessor
 from verl_otel_bridge._internal.pipeline.queue import QueueSettings
 from verl_otel_bridge._internal.pipeline.route import Route
@@ -217,8 +217,7 @@ def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
         )
         if not inline(others):
             pipeline.queue = _queue(config)
-    if config.redact_attributes:
-        pipeline.exporter = RedactingSpanExporter(pipeline.exporter, config.redact_attributes)
+    pipeline.exporter = with_redaction(pipeline.exporter, config.redact_attributes)
     pipeline.processor = ExportSpanProcessor(pipeline.exporter, counts, pipeline.queue, spill, pipeline.sampler)
     return pipeline
 

@@ -25,8 +25,10 @@ from verl_otel_bridge._internal.accounting import (
 )
 from verl_otel_bridge._internal.attributes import span_attributes
 from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.exporters.base import WrappingSpanExporter
+from verl_otel_bridge._internal.exporters.fallback import FallbackSpanExporter
 from verl_otel_bridge._internal.exporters.kinds import named_exporter
-from verl_otel_bridge._internal.exporters.redacting import redact
+from verl_otel_bridge._internal.exporters.redacting import with_redaction
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
@@ -41,7 +43,7 @@ from verl_otel_bridge._internal.rl_insight.sessions import is_session_span, publ
 logger = logging.getLogger(__name__)
 
 
-class RLInsightSpanExporter(SpanExporter):
+class RLInsightSpanExporter(WrappingSpanExporter):
     """A ``SpanExporter`` that calls ``rl_insight.trace_span`` for each span.
 
     RL-Insight is used only when it is *usable* (see
@@ -95,9 +97,50 @@ class RLInsightSpanExporter(SpanExporter):
         self.config = config if config is not None else BridgeConfig.resolve()
         self.fallback = fallback if fallback is not None else named_exporter(self.config.fallback, self.config)
         self.fallback_name = self.config.fallback if fallback is None else type(fallback).__name__
-        self.minimum_version = minimum_version or self.config.rl_insight_min_version
         self.explicit = explicit
         self.counts = counts if counts is not None else SpanCounts()
+        self.forwarder = RLInsightForwarder(
+            self.config,
+            minimum_version or self.config.rl_insight_min_version,
+            explicit=explicit,
+            counts=self.counts,
+            fallback_name=self.fallback_name,
+        )
+        chain = FallbackSpanExporter(self.forwarder, self.fallback, self.counts, self.fallback_name)
+        # Built by name it is the whole chain, so it redacts as the bridge's pipeline does in front of it.
+        super().__init__(with_redaction(chain, self.config.redact_attributes) if by_name else chain)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self.inner.export(spans)
+
+    def start_probe(self) -> None:
+        """Start checking RL-Insight on a thread of its own (see :meth:`RLInsightForwarder.start_probe`)."""
+        self.forwarder.start_probe()
+
+    def probe(self, *, initialize: bool = False) -> Probe:
+        """Check RL-Insight now; with ``initialize``, also run ``rl_insight.init`` once if needed."""
+        return self.forwarder.probe(initialize=initialize)
+
+    def status(self) -> dict[str, Any]:
+        """Where spans go and why, RL-Insight's version, and the counters."""
+        return self.forwarder.status()
+
+
+class RLInsightForwarder:
+    """The RL-Insight side of :class:`RLInsightSpanExporter`: sends what it can, returns the rest.
+
+    Checks RL-Insight (the probe), runs ``rl_insight.init`` once, picks the transport,
+    publishes the sessions' dashboard gauges, counts what RL-Insight took and says why
+    it is unusable; the :class:`FallbackSpanExporter` around it sends what it returns.
+    """
+
+    def __init__(
+        self, config: BridgeConfig, minimum_version: str, *, explicit: bool, counts: SpanCounts, fallback_name: str
+    ) -> None:
+        self.config = config
+        self.minimum_version = minimum_version
+        self.counts = counts
+        self.fallback_name = fallback_name
         self._new_lock()
         reinit_after_fork(self._new_lock)
         self._static: Probe | None = None
@@ -106,19 +149,17 @@ class RLInsightSpanExporter(SpanExporter):
         self._notice = UnusableNotice(
             logger,
             explicit=explicit,
-            fallback_name=self.fallback_name,
-            reminder_interval_s=self.config.reminder_interval_s,
+            fallback_name=fallback_name,
+            reminder_interval_s=config.reminder_interval_s,
         )
         # Checked now, so a bad OTEL_EXPORTER_OTLP_* value raises at configure().
-        self._otlp_settings = otlp_settings(self.config.rl_insight_transport, os.environ)
+        self._otlp_settings = otlp_settings(config.rl_insight_transport, os.environ)
         self._otlp: OtlpTransport | None = None
         self._last_transport: str | None = None
         self._hub = HubTransport()
         self._gauges: GaugePublisher[tuple[Probe, ReadableSpan]] = GaugePublisher(
-            lambda item: self._publish_gauges(*item), self.counts
+            lambda item: self._publish_gauges(*item), counts
         )
-        # The bridge's pipeline redacts before its exporters; built by name, this exporter does it itself.
-        self._redacted = frozenset(self.config.redact_attributes) if by_name else frozenset()
 
     def _new_lock(self) -> None:
         self._lock = threading.Lock()  # also after a fork: the export thread may have held it
@@ -132,16 +173,15 @@ class RLInsightSpanExporter(SpanExporter):
         """
         threading.Thread(target=self._static_probe, name="verl-otel-bridge-probe", daemon=True).start()
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._redacted:
-            spans = [redact(span, self._redacted) for span in spans]
+    def deliver(self, spans: Sequence[ReadableSpan]) -> Sequence[ReadableSpan]:
+        """Send ``spans`` to RL-Insight; return those it could not take: all when it is unusable."""
         try:
             probe = self.probe(initialize=True)
         except Exception as exc:  # noqa: BLE001 - a probe bug must not lose spans
             probe = Probe(False, "probe_failed", f"checking RL-Insight raised {type(exc).__name__}: {exc}")
             self._note_unusable(probe)
         if not probe.usable or probe.module is None:
-            return self._to_fallback(spans)
+            return spans
         attributes = [forwarded_attributes(span) for span in spans]
         for span in spans:
             if is_session_span(span):
@@ -149,13 +189,13 @@ class RLInsightSpanExporter(SpanExporter):
         if self._otlp_ready(probe.module):
             sent = self._send_otlp(spans, attributes)
             if sent == len(spans):
-                return SpanExportResult.SUCCESS
+                return ()
             spans, attributes = spans[sent:], attributes[sent:]
         return self._send_hub(probe, spans, attributes)
 
     def _send_hub(
         self, probe: Probe, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]
-    ) -> SpanExportResult:
+    ) -> Sequence[ReadableSpan]:
         assert probe.module is not None
         self._last_transport = "hub"
         outcome = self._hub.send(probe.module, spans, attributes)
@@ -164,7 +204,7 @@ class RLInsightSpanExporter(SpanExporter):
             problem = rl_insight_compat.with_reason(probe, *outcome.problem)
             self._last = problem
             self._note_unusable(problem)
-            return self._to_fallback(spans)
+            return spans
         self.counts.add(exported("rl_insight"), outcome.sent)
         if outcome.unconfirmed:
             self.counts.add(RL_INSIGHT_UNCONFIRMED)
@@ -175,7 +215,7 @@ class RLInsightSpanExporter(SpanExporter):
                 self._hub.confirm_timeout_s,
             )
         if outcome.error is None:
-            return SpanExportResult.SUCCESS
+            return ()
         exc = outcome.error
         self.counts.add(RL_INSIGHT_ERRORS)
         self._once.log(
@@ -187,7 +227,7 @@ class RLInsightSpanExporter(SpanExporter):
             len(spans) - outcome.sent,
             self.fallback_name,
         )
-        return self._to_fallback(spans[outcome.sent :])
+        return spans[outcome.sent :]
 
     def _otlp_ready(self, module: Any = None) -> bool:
         if self._otlp_settings is None:  # the hub transport, or auto without urllib3
@@ -301,28 +341,17 @@ class RLInsightSpanExporter(SpanExporter):
         else:
             self.counts.add(SESSION_GAUGES_PUBLISHED)
 
-    def _to_fallback(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self.fallback.export(spans)
-        except Exception:
-            logger.exception("fallback exporter %s raised", self.fallback_name)
-            result = SpanExportResult.FAILURE
-        self.counts.add(FALLBACK if result is SpanExportResult.SUCCESS else "failed", len(spans))
-        return result
-
     def _note_unusable(self, probe: Probe) -> None:
         self._notice.note(probe, self.counts.get(FALLBACK))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Wait (bounded) for the sessions' dashboard gauges still being published, then flush the fallback."""
-        published = self._gauges.flush(timeout_millis / 1000)
-        return self.fallback.force_flush(timeout_millis) and published
+        """Wait (bounded) for the sessions' dashboard gauges still being published."""
+        return self._gauges.flush(timeout_millis / 1000)
 
     def shutdown(self) -> None:
         self._gauges.shutdown()
         if self._otlp is not None:
             self._otlp.shutdown()
-        self.fallback.shutdown()
 
 
 def forwarded_attributes(span: ReadableSpan) -> dict[str, Any]:
