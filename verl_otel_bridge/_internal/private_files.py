@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 #: Permission bits of a private directory and of a private file.
@@ -84,24 +85,12 @@ def open_private_output(path: str | os.PathLike[str], *, truncate: bool = False)
         UnsafePathError: a link, or a regular file another user owns.
         OSError: it cannot be opened.
     """
-    nonblock = getattr(os, "O_NONBLOCK", 0)
-    try:
-        how = os.O_TRUNC if truncate else os.O_APPEND
-        fd = os.open(path, os.O_WRONLY | how | os.O_CREAT | _NOFOLLOW | _CLOEXEC | nonblock, FILE_MODE)
-    except OSError as exc:
-        if os.path.islink(path):
-            raise UnsafePathError(f"{path} is a symbolic link") from exc
-        raise
-    try:
-        info = os.fstat(fd)
+
+    def check(info: os.stat_result) -> None:
         if stat.S_ISREG(info.st_mode) and info.st_uid != os.geteuid():
             raise UnsafePathError(f"{path} belongs to another user (uid {info.st_uid})")
-        if nonblock:
-            os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+
+    return _open_unfollowed(path, os.O_WRONLY | (os.O_TRUNC if truncate else os.O_APPEND) | os.O_CREAT, check)
 
 
 def open_private_read(path: str | os.PathLike[str]) -> int:
@@ -111,17 +100,29 @@ def open_private_read(path: str | os.PathLike[str]) -> int:
         UnsafePathError: a link (not followed), not a regular file, another user's, or open to others.
         OSError: it cannot be opened (e.g. ``FileNotFoundError``).
     """
+
+    def check(info: os.stat_result) -> None:
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafePathError(f"{path} is not a regular file")
+        _check_owner_and_mode(Path(path), info, "file", FILE_MODE)
+
+    return _open_unfollowed(path, os.O_RDONLY, check)
+
+
+def _open_unfollowed(path: str | os.PathLike[str], flags: int, check: Callable[[os.stat_result], None]) -> int:
+    """Open ``path`` with ``flags`` (a new file ``0600``), never through a link and never waiting, then ``check``
+    what was opened; the descriptor (blocking again), closed if ``check`` raises."""
+    nonblock = getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC | nonblock, FILE_MODE)
     except OSError as exc:
         if os.path.islink(path):
             raise UnsafePathError(f"{path} is a symbolic link") from exc
         raise
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UnsafePathError(f"{path} is not a regular file")
-        _check_owner_and_mode(Path(path), info, "file", FILE_MODE)
+        check(os.fstat(fd))
+        if nonblock:
+            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise

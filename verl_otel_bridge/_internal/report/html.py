@@ -191,18 +191,25 @@ def _mark_legend(names: Iterable[str], css: str = "mark") -> list[str]:
     ]
 
 
+def _time_axis(css: str, ticks: list[float], label_w: int, plot_w: int, top: int, height: int) -> list[str]:
+    """The opening ``<svg>`` of a chart of rows: labels ``label_w`` wide, then seconds across ``plot_w`` (the
+    last tick at its right edge), a grid line down the chart and a label above it per tick."""
+    scale = plot_w / ticks[-1]
+    width = label_w + plot_w + 20
+    out = [f'<svg class="{css}" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img">']
+    for tick in ticks:
+        x = label_w + tick * scale
+        out.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height}" stroke="#e5e5e5"/>')
+        out.append(f'<text x="{x:.1f}" y="{top - 10}" text-anchor="middle">{tick:g} s</text>')
+    return out
+
+
 def _waterfall(sessions: Sequence[SessionSummary], stragglers: set[str]) -> str:
     e = html.escape
     label_w, plot_w, row_h, top = 300, 640, 22, 24
     ticks = nice_ticks(0.0, max((s.duration_s for s in sessions), default=0.0) or 1e-3)
     scale = plot_w / ticks[-1]
-    height = top + row_h * len(sessions) + 8
-    width = label_w + plot_w + 20
-    out = [f'<svg class="waterfall" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img">']
-    for tick in ticks:
-        x = label_w + tick * scale
-        out.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height}" stroke="#e5e5e5"/>')
-        out.append(f'<text x="{x:.1f}" y="{top - 10}" text-anchor="middle">{tick:g} s</text>')
+    out = _time_axis("waterfall", ticks, label_w, plot_w, top, top + row_h * len(sessions) + 8)
     seen: set[str] = set()
     for row, s in enumerate(sessions):
         y = top + row * row_h
@@ -352,13 +359,7 @@ def _timeline(trainer: StepPhases) -> str:
             kind = "error" if session.status in ("error", "cancelled", "unfinished") else "session"
             lane = session.state_lane_id
             rows.append((kind, phase.depth + 2, lane, session.start_ns, session.end_ns, "timeline-session", lane))
-    height = top + row_h * len(rows) + 8
-    svg_w = label_w + plot_w + 20
-    out = [f'<svg class="timeline" viewBox="0 0 {svg_w} {height}" width="{svg_w}" height="{height}" role="img">']
-    for tick in ticks:
-        x = label_w + tick * scale
-        out.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height}" stroke="#e5e5e5"/>')
-        out.append(f'<text x="{x:.1f}" y="{top - 10}" text-anchor="middle">{tick:g} s</text>')
+    out = _time_axis("timeline", ticks, label_w, plot_w, top, top + row_h * len(rows) + 8)
     for row, (kind, indent, label, start, end, css, data) in enumerate(rows):
         y = top + row * row_h
         x = label_w + max(0.0, (start - trainer.start_ns) / 1e9) * scale

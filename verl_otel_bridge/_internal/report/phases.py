@@ -33,8 +33,20 @@ _MAX_DEPTH = 16
 _NS = 1e9
 
 
+class _Timed:
+    """Something with a start and an end (ns since the epoch)."""
+
+    start_ns: int
+    end_ns: int
+
+    @property
+    def seconds(self) -> float:
+        """How long it took."""
+        return (self.end_ns - self.start_ns) / _NS
+
+
 @dataclass(frozen=True)
-class Phase:
+class Phase(_Timed):
     """One phase span: verl's timer name, its times (ns since the epoch) and depth under the step (0: a child)."""
 
     name: str
@@ -44,14 +56,9 @@ class Phase:
     depth: int
     error: bool
 
-    @property
-    def seconds(self) -> float:
-        """How long the phase took."""
-        return (self.end_ns - self.start_ns) / _NS
-
 
 @dataclass(frozen=True)
-class TimelineSession:
+class TimelineSession(_Timed):
     """A session in a step's trace: its lane, times, status and the phase it ran under (``""``: none)."""
 
     state_lane_id: str
@@ -60,15 +67,11 @@ class TimelineSession:
     status: str
     phase: str
 
-    @property
-    def seconds(self) -> float:
-        """How long the session took."""
-        return (self.end_ns - self.start_ns) / _NS
-
 
 @dataclass
-class StepPhases:
-    """One ``training_step`` span and what hangs under it."""
+class StepPhases(_Timed):
+    """One ``training_step`` span and what hangs under it; its ``seconds`` run from its first timer to verl
+    logging its metrics."""
 
     step: Any
     trace_id: str
@@ -81,11 +84,6 @@ class StepPhases:
     sessions_cut: int = 0
     #: The logged metrics, by verl's key.
     metrics: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def seconds(self) -> float:
-        """The whole step: from its first timer to verl logging its metrics."""
-        return (self.end_ns - self.start_ns) / _NS
 
     def share(self, phase: Phase) -> float | None:
         """``phase``'s part of the step (0..1), None for a step of no duration."""
