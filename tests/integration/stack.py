@@ -810,7 +810,7 @@ def bridge_copy_exporter(bridge: Any, name: str = "memory") -> Any:
     """
     from verl_otel_bridge._internal.exporters.fanout import FanOutSpanExporter
 
-    exporter = bridge._pipeline.exporter
+    exporter = bridge.pipeline.exporter  # type: ignore[union-attr]
     while not isinstance(exporter, FanOutSpanExporter):
         exporter = getattr(exporter, "inner", None) or getattr(exporter, "_inner", None)
         if exporter is None:

@@ -78,7 +78,7 @@ def test_rate_one_holds_nothing_and_spans_outside_sessions_pass_at_once(make_bri
     with bridge.span("outside"):
         pass
     assert [span.name for span in finished(bridge)] == ["outside"]  # not held: exported before any flush
-    assert make_bridge(exporter="memory")._processor.sampler is None  # type: ignore[union-attr]
+    assert make_bridge(exporter="memory").pipeline.sampler is None  # type: ignore[union-attr]
 
 
 def test_an_open_session_is_released_kept_at_a_flush_and_its_later_spans_follow(
@@ -103,7 +103,7 @@ def test_the_held_spans_stay_within_their_byte_bound(make_bridge: Callable[..., 
         for i in range(100):
             with session.task("t", payload="p" * 1000, i=i):
                 pass
-        sampler = bridge._processor.sampler  # type: ignore[union-attr]
+        sampler = bridge.pipeline.sampler  # type: ignore[union-attr]
         assert sampler is not None and sampler.held * 1_000 <= 50_000
         assert len(finished(bridge)) >= 50  # pushed out, kept
     assert_balanced(bridge)

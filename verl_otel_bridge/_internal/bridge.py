@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
-import inspect
 import logging
-import math
 import multiprocessing
 import multiprocessing.util
 import threading
@@ -16,18 +14,15 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.util.instrumentation import InstrumentationInfo, InstrumentationScope
 from opentelemetry.trace import (
-    INVALID_SPAN,
     NoOpTracer,
     Span,
-    Status,
-    StatusCode,
     Tracer,
 )
 
@@ -45,11 +40,11 @@ from verl_otel_bridge._internal.pipeline.processors import (
     ExportSpanProcessor,
     IdentitySpanProcessor,
 )
-from verl_otel_bridge._internal.pipeline.route import Route
 from verl_otel_bridge._internal.protocol import SESSION_SPAN_NAME
 from verl_otel_bridge._internal.scopes import SpanBlock
 from verl_otel_bridge._internal.session import Session, session_start_attributes
 from verl_otel_bridge._internal.signals import flush_on_sigterm
+from verl_otel_bridge._internal.spans import NOOP_SPAN, F, SpanScope, StartSpan, record_error, timing_problem, traced_by
 from verl_otel_bridge._internal.status import BridgeStatus, printable
 from verl_otel_bridge._version import __version__
 
@@ -59,64 +54,6 @@ if TYPE_CHECKING:
     from verl_otel_bridge._internal.rl_insight.compat import Probe
 
 logger = logging.getLogger(__name__)
-
-F = TypeVar("F", bound=Callable[..., Any])
-#: ``start(name, clean_attributes, start_time=None)``: how the bridge starts its own spans.
-_StartSpan = Callable[..., Span]
-
-#: ``record_span`` times below this (about 11 days after the epoch, in ns) are
-#: almost certainly seconds or milliseconds passed by mistake.
-_MIN_PLAUSIBLE_TIME_NS = 10**15
-_MAX_TIME_NS = 2**64
-
-
-class _NoopSpanContext:
-    """What ``span()`` returns when the bridge is disabled: nothing to allocate."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> Span:
-        return INVALID_SPAN
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NOOP_SPAN = _NoopSpanContext()
-
-
-class _SpanScope:
-    """``tracer.start_as_current_span(name, attributes=...)`` as one small class.
-
-    The SDK's version nests two generator-based context managers
-    (``start_as_current_span`` and ``use_span``); this does
-    the same in two plain method calls: start the span and make it current on
-    enter; on exit detach, record an ``Exception`` with status ERROR, and end.
-    One scope entered again inside itself makes one span per entry.
-    """
-
-    __slots__ = ("_attributes", "_name", "_open", "_start")
-
-    def __init__(self, start: _StartSpan, name: str, attributes: Mapping[str, AttributeValue] | None) -> None:
-        self._start = start
-        self._name = name
-        self._attributes = attributes
-        self._open: list[tuple[Span, SpanBlock]] = []
-
-    def __enter__(self) -> Span:
-        span = self._start(self._name, self._attributes)
-        self._open.append((span, SpanBlock(span)))
-        return span
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        span, block = self._open.pop()
-        try:
-            block.close()
-            # As use_span: only an Exception (not GeneratorExit, KeyboardInterrupt, ...) is an error.
-            if isinstance(exc, Exception) and span.is_recording():
-                record_error(span, exc)
-        finally:
-            span.end()
 
 
 class Bridge:
@@ -145,7 +82,7 @@ class Bridge:
         self._identity_processor = IdentitySpanProcessor()
         self._inflight = InflightSessions(self.counts, self.config.progress_interval_s, self.config.straggler_factor)
         self._provider: TracerProvider | None = None
-        self._start_span: _StartSpan = self._start_stamped
+        self._start_span: StartSpan = self._start_stamped
         self._closed = False
         self._closing_thread: threading.Thread | None = None
         self._shut_down = threading.Event()
@@ -259,10 +196,10 @@ class Bridge:
         exception in the block is recorded on the span and propagates.
         """
         if self._provider is None:
-            return _NOOP_SPAN
+            return NOOP_SPAN
         if name.__class__ is not str or not name:
             name = self._span_name(name)
-        return _SpanScope(self._start_span, name, self.clean_attributes(attributes) if attributes else None)
+        return SpanScope(self._start_span, name, self.clean_attributes(attributes) if attributes else None)
 
     @overload
     def traced(self, name: F, /) -> F: ...
@@ -323,7 +260,7 @@ class Bridge:
         """
         if self._provider is None:
             return
-        problem = _timing_problem(start_time_ns, end_time_ns)
+        problem = timing_problem(start_time_ns, end_time_ns)
         if problem is not None:
             self.counts.add("invalid")
             self._once.log(
@@ -348,14 +285,20 @@ class Bridge:
         """The in-memory exporter in use (primary or fallback), else None."""
         return self._pipeline.memory if self._pipeline is not None else None
 
+    @property
+    def pipeline(self) -> Pipeline | None:
+        """The export pipeline (exporter chain, processor, sampler, spill), None when disabled.
+
+        Internal: for the package's tools and tests, with no stable API.
+        """
+        return self._pipeline
+
     def rl_insight_probe(self, *, initialize: bool = False) -> Probe | None:
         """Check RL-Insight as the exporter does (None when this bridge does not want RL-Insight).
 
         With ``initialize``, also runs ``rl_insight.init`` once per process if it is usable.
         """
-        if self._pipeline is None or self._pipeline.rl_insight is None:
-            return None
-        return self._pipeline.rl_insight.probe(initialize=initialize)
+        return self._pipeline.rl_insight_probe(initialize=initialize) if self._pipeline is not None else None
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Export every span ended so far; False if that took longer than ``timeout_s``."""
@@ -417,7 +360,7 @@ class Bridge:
         counters = self.counts.snapshot()
         sessions = self._inflight.snapshot()
         if self._pipeline is None:
-            return printable(disabled_status(Route.of(self.config), counters, sessions))
+            return printable(disabled_status(self.config, counters, sessions))
         return printable(self._pipeline.status(counters, sessions))
 
     # -- internals -----------------------------------------------------------
@@ -463,20 +406,6 @@ class Bridge:
             self.shutdown()
         except Exception:
             logger.exception("shutting down the bridge at exit failed")
-
-
-def record_error(span: Span, exc: BaseException) -> None:
-    """Record ``exc`` on ``span`` as an exception event with status ERROR; never raises.
-
-    The SDK's ``record_exception`` calls ``str(exc)``, which can raise: then the event
-    is written with the text :func:`~verl_otel_bridge._internal.attributes.to_text` gives.
-    """
-    message = to_text(exc)
-    try:
-        span.record_exception(exc)
-    except Exception:  # noqa: BLE001 - e.g. an exception whose __str__ raises
-        span.add_event("exception", {"exception.type": type(exc).__qualname__, "exception.message": message})
-    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"))
 
 
 def _own_tracer(provider: TracerProvider, processors: SpanProcessor) -> Tracer:
@@ -535,44 +464,3 @@ def _shut_down_at_multiprocessing_exit(bridge: Bridge) -> None:
     """
     if multiprocessing.parent_process() is not None and not bridge._closed:
         bridge._mp_exit = multiprocessing.util.Finalize(None, bridge._at_exit, exitpriority=100)
-
-
-def traced_by(get_bridge: Callable[[], Bridge], name: Any, attributes: Mapping[str, Any]) -> Any:
-    """Build a ``traced`` decorator whose bridge is looked up at each call."""
-
-    def decorate(func: F) -> F:
-        span_name = name if isinstance(name, str) else func.__qualname__
-        if inspect.iscoroutinefunction(func):
-
-            @functools.wraps(func)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                with get_bridge().span(span_name, **attributes):
-                    return await func(*args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with get_bridge().span(span_name, **attributes):
-                return func(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    if callable(name):
-        return decorate(name)  # used as @traced without parentheses
-    return decorate
-
-
-def _timing_problem(start: Any, end: Any) -> str | None:
-    for value in (start, end):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return "times must be integer nanoseconds"
-    if start < 0 or end < 0:
-        return "negative time"
-    if end >= _MAX_TIME_NS:
-        return "time beyond what OTLP carries (2**64 ns, the year 2554)"
-    if start < _MIN_PLAUSIBLE_TIME_NS:
-        return "times look like seconds or milliseconds, not nanoseconds"
-    if end < start:
-        return "end before start"
-    return None

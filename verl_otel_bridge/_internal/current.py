@@ -14,11 +14,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span
 
 from verl_otel_bridge._internal.agent_loop import TaskHandle, TurnHandle
-from verl_otel_bridge._internal.bridge import Bridge, traced_by
+from verl_otel_bridge._internal.bridge import Bridge
 from verl_otel_bridge._internal.config import PRIVACY_KEYS, BridgeConfig, ConfigError, resolve_leniently
 from verl_otel_bridge._internal.exporters.jsonl import opened_on_first_export
 from verl_otel_bridge._internal.identity import IdentityFields, SessionIdentity
 from verl_otel_bridge._internal.session import Session
+from verl_otel_bridge._internal.spans import traced_by
 from verl_otel_bridge._internal.status import BridgeStatus
 
 if TYPE_CHECKING:

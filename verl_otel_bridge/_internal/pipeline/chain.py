@@ -31,6 +31,7 @@ from verl_otel_bridge._internal.status import (
 )
 
 if TYPE_CHECKING:
+    from verl_otel_bridge._internal.rl_insight.compat import Probe
     from verl_otel_bridge._internal.rl_insight.exporter import RLInsightSpanExporter
 
 logger = logging.getLogger(__name__)
@@ -139,6 +140,11 @@ class Pipeline:
             "open_sessions": open_sessions,
         }
 
+    def rl_insight_probe(self, *, initialize: bool = False) -> Probe | None:
+        """Check RL-Insight as its exporter does (None when RL-Insight is not wanted); with ``initialize``,
+        also run ``rl_insight.init`` once per process if it is usable."""
+        return self.rl_insight.probe(initialize=initialize) if self.rl_insight is not None else None
+
     def log_summary(self, status: BridgeStatus) -> None:
         """The shutdown line: where spans went and every counter; WARNING if spans were dropped or failed,
         or went to the fallback although RL-Insight was asked for by name, else INFO."""
@@ -175,13 +181,13 @@ _RL_INSIGHT_KEYS = (
 )
 
 
-def disabled_status(route: Route, counters: dict[str, Any], open_sessions: OpenSessionsStatus) -> BridgeStatus:
-    """``status()`` of a bridge that traces nothing."""
+def disabled_status(config: BridgeConfig, counters: dict[str, Any], open_sessions: OpenSessionsStatus) -> BridgeStatus:
+    """``status()`` of a bridge that traces nothing (``config`` has ``enabled=False``): it has no pipeline."""
     return {
         "enabled": False,
         "exporter": "none",
         "reason": "disabled",
-        "detail": route.why,
+        "detail": Route.of(config).why,
         "rl_insight_installed": rl_insight_installed(),
         "rl_insight_version": None,
         "rl_insight_package_version": None,

@@ -43,8 +43,9 @@ from opentelemetry.trace import Span, set_span_in_context
 
 from verl_otel_bridge._internal import current
 from verl_otel_bridge._internal import protocol as p
-from verl_otel_bridge._internal.bridge import Bridge, record_error
+from verl_otel_bridge._internal.bridge import Bridge
 from verl_otel_bridge._internal.scopes import SpanBlock
+from verl_otel_bridge._internal.spans import record_error
 from verl_otel_bridge._internal.verl.tracing import (
     FLUSH_TIMEOUT_S,
     PATCHED,
