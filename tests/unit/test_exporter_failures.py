@@ -15,7 +15,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal.accounting import SpanCounts
-from verl_otel_bridge._internal.exporters import BoundedMemorySpanExporter, CountingSpanExporter, FallbackSpanExporter
+from verl_otel_bridge._internal.exporters import BoundedMemorySpanExporter, CountingSpanExporter
+from verl_otel_bridge._internal.exporters.fallback import FallbackSpanExporter
 from verl_otel_bridge._internal.rl_insight.exporter import RLInsightSpanExporter
 from verl_otel_bridge.testing import SpanCapture
 

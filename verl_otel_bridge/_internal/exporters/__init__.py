@@ -3,7 +3,6 @@
 from verl_otel_bridge._internal.exporters.console import console_exporter
 from verl_otel_bridge._internal.exporters.counting import CountingSpanExporter
 from verl_otel_bridge._internal.exporters.discard import DiscardSpanExporter
-from verl_otel_bridge._internal.exporters.fallback import FallbackSpanExporter
 from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
 from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge._internal.exporters.redacting import RedactingSpanExporter
@@ -12,7 +11,6 @@ __all__ = [
     "BoundedMemorySpanExporter",
     "CountingSpanExporter",
     "DiscardSpanExporter",
-    "FallbackSpanExporter",
     "JsonlSpanExporter",
     "RedactingSpanExporter",
     "console_exporter",
