@@ -8,12 +8,16 @@ of the answer; None after a success). Wrappers pass both through;
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge._internal.status import Endpoint
+
+logger = logging.getLogger(__name__)
 
 
 class LeavesOut(Protocol):
@@ -46,6 +50,15 @@ def exporter_report(exporter: SpanExporter) -> Endpoint:
         "endpoint": endpoint if isinstance(endpoint, str) else None,
         "last_error": error if isinstance(error, str) else None,
     }
+
+
+def export_guarded(exporter: SpanExporter, spans: Sequence[ReadableSpan], name: str) -> SpanExportResult:
+    """``exporter.export(spans)``; an exception is logged (as exporter ``name``'s) and becomes ``FAILURE``."""
+    try:
+        return exporter.export(spans)
+    except Exception:
+        logger.exception("the %s exporter raised on %d spans", name, len(spans))
+        return SpanExportResult.FAILURE
 
 
 class WrappingSpanExporter(SpanExporter):

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge._internal.accounting import FAILED, SpanCounts
-from verl_otel_bridge._internal.exporters.base import WrappingSpanExporter, left_out_reader
-
-logger = logging.getLogger(__name__)
+from verl_otel_bridge._internal.exporters.base import WrappingSpanExporter, export_guarded, left_out_reader
 
 
 class CountingSpanExporter(WrappingSpanExporter):
@@ -29,11 +26,7 @@ class CountingSpanExporter(WrappingSpanExporter):
         self.key = key
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self.inner.export(spans)
-        except Exception:
-            logger.exception("%s exporter raised on %d spans", self.key, len(spans))
-            result = SpanExportResult.FAILURE
+        result = export_guarded(self.inner, spans, self.key)
         if result is not SpanExportResult.SUCCESS:
             return self.refused(spans)
         left_out = self._left_out()

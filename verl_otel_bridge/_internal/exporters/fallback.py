@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge._internal.accounting import FAILED, FALLBACK, SpanCounts
+from verl_otel_bridge._internal.exporters.base import export_guarded
 
 logger = logging.getLogger(__name__)
 
@@ -54,11 +55,7 @@ class FallbackSpanExporter(SpanExporter):
             left = spans
         if not left:
             return SpanExportResult.SUCCESS
-        try:
-            result = self.fallback.export(left)
-        except Exception:
-            logger.exception("fallback exporter %s raised", self.fallback_name)
-            result = SpanExportResult.FAILURE
+        result = export_guarded(self.fallback, left, f"{self.fallback_name} (fallback)")
         self.counts.add(FALLBACK if result is SpanExportResult.SUCCESS else FAILED, len(left))
         return result
 

@@ -9,6 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge._internal.accounting import SpanCounts, copied
+from verl_otel_bridge._internal.exporters.base import export_guarded
 
 logger = logging.getLogger(__name__)
 
@@ -28,11 +29,7 @@ class FanOutSpanExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         for name, exporter in self.copies.items():
-            try:
-                ok = exporter.export(spans) is SpanExportResult.SUCCESS
-            except Exception:
-                logger.exception("exporter %s raised on %d spans", name, len(spans))
-                ok = False
+            ok = export_guarded(exporter, spans, name) is SpanExportResult.SUCCESS
             self.counts.add(copied(name, ok=ok), len(spans))
         return self.primary.export(spans)
 
