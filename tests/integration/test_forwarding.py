@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 import stack
-from stack import INIT_SPY_PREAMBLE, PythonChild, ReceivedSpan, RlInsightHub, bridge_copy_exporter, drain, hex_ids
+from otlp_receiver import ReceivedSpan
+from stack import INIT_SPY_PREAMBLE, PythonChild, RlInsightHub, bridge_copy_exporter, drain, hex_ids
 
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal.accounting import balance

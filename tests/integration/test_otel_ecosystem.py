@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 import stack
-from stack import OtlpReceiver, PythonChild, ReceivedSpan, RlInsightHub, bridge_copy_exporter, drain
+from otlp_receiver import OtlpReceiver, ReceivedSpan
+from stack import PythonChild, RlInsightHub, bridge_copy_exporter, drain
 
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal.accounting import balance

@@ -18,10 +18,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from otlp_receiver import OtlpReceiver
 from stack import (
     LOOPBACK,
     DiscoveryServer,
-    OtlpReceiver,
     RlInsightHub,
     free_port,
     installed_rl_insight_version,

@@ -31,7 +31,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from stack import DiscoveryServer, OtlpReceiver, ReceivedSpan, RlInsightHub, StoppableOtlpReceiver, wait_until
+from otlp_receiver import OtlpReceiver, ReceivedSpan
+from stack import DiscoveryServer, RlInsightHub, wait_until
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal.accounting import balance
@@ -360,7 +361,7 @@ def test_endpoint_failure_mid_run_loses_nothing_and_duplicates_nothing(
 ) -> None:
     # The bridge's direct path gets a receiver (and discovery server) of its own, so
     # the outage hits only that path; the hub keeps exporting to the session receiver.
-    direct = StoppableOtlpReceiver()
+    direct = OtlpReceiver()
     receivers: list[OtlpReceiver] = [direct]
     try:
         with (
@@ -388,7 +389,7 @@ def test_endpoint_failure_mid_run_loses_nothing_and_duplicates_nothing(
             if outage == "503":
                 direct.reply_status = 200
             else:
-                direct = StoppableOtlpReceiver(port=direct.port)
+                direct = OtlpReceiver(port=direct.port)
                 receivers.append(direct)
             _emit_until(run, "after", lambda: bridge.status()["rl_insight_transport"] == "otlp", 60)
             with bridge.span("fault.last", phase="after", i=-1):

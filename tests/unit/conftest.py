@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import http.server
 import os
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +11,10 @@ from typing import Any
 import pytest
 
 sys.path.insert(
-    0, str(Path(__file__).resolve().parents[1] / "integration")
-)  # `import otlp_spans`, shared with integration and bench
+    0, str(Path(__file__).resolve().parents[1])
+)  # `import otlp_receiver`, shared with every suite and bench
+
+from otlp_receiver import OtlpReceiver
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
@@ -66,18 +66,14 @@ def make_bridge() -> Iterator[Callable[..., Bridge]]:
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[[Any], Any]]:
-    """``serve(server)``: run a loopback HTTP server (e.g. ``OtlpSink()``) for the test; stopped after."""
-    started: list[tuple[http.server.ThreadingHTTPServer, threading.Thread]] = []
+def start_receiver() -> Iterator[Callable[..., OtlpReceiver]]:
+    """``start_receiver(**options)``: a loopback :class:`OtlpReceiver` with those options, stopped after the test."""
+    started: list[OtlpReceiver] = []
 
-    def start(server: http.server.ThreadingHTTPServer) -> Any:
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        thread.start()
-        started.append((server, thread))
-        return server
+    def start(**options: Any) -> OtlpReceiver:
+        started.append(OtlpReceiver(**options))
+        return started[-1]
 
     yield start
-    for server, thread in started:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    for receiver in started:
+        receiver.stop()

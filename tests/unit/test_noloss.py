@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from otlp_receiver import OtlpReceiver
 
 from verl_otel_bridge import Bridge
 from verl_otel_bridge._internal.pipeline.budget import span_size
 from verl_otel_bridge._internal.records import read_records, record_to_span
 
-from .helpers import WAIT_S, OtlpSink, assert_balanced, run_threads, wait_until
+from .helpers import WAIT_S, StartReceiver, assert_balanced, run_threads, wait_until
 
 pytest.importorskip("urllib3")
 
@@ -40,14 +41,14 @@ def _burst(bridge: Bridge, spans: int, threads: int, **attributes: Any) -> None:
     assert not run_threads((lambda t=t: work(t) for t in range(threads)), WAIT_S * 6)
 
 
-def _received(sink: OtlpSink) -> Counter[int]:
-    return Counter(span.attributes["n"] for span in sink.spans(accepted_only=True))
+def _received(sink: OtlpReceiver) -> Counter[int]:
+    return Counter(span.attributes["n"] for span in sink.spans)
 
 
 def test_a_burst_of_20000_spans_from_8_threads_reaches_an_otlp_receiver_whole_at_defaults(
-    serve: Any, make_bridge: Callable[..., Bridge]
+    start_receiver: StartReceiver, make_bridge: Callable[..., Bridge]
 ) -> None:
-    sink = serve(OtlpSink())
+    sink = start_receiver()
     bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url)
 
     _burst(bridge, BURST_SPANS, BURST_THREADS)
@@ -60,9 +61,11 @@ def test_a_burst_of_20000_spans_from_8_threads_reaches_an_otlp_receiver_whole_at
     assert _received(sink) == Counter(range(BURST_SPANS))  # every span once
 
 
-def test_past_the_byte_bound_spans_spill_and_drain_without_loss(serve: Any, make_bridge: Callable[..., Bridge]) -> None:
+def test_past_the_byte_bound_spans_spill_and_drain_without_loss(
+    start_receiver: StartReceiver, make_bridge: Callable[..., Bridge]
+) -> None:
     """A queue of 1 MiB cannot hold a burst of 2 MB spans: the rest spill, then drain."""
-    sink = serve(OtlpSink())
+    sink = start_receiver()
     bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url, max_queue_bytes=1024 * 1024)
 
     _burst(bridge, 4_000, 4, payload="x" * 1000)
@@ -78,14 +81,13 @@ def test_past_the_byte_bound_spans_spill_and_drain_without_loss(serve: Any, make
 
 def _closed_port() -> int:
     """A loopback port nothing listens on (yet)."""
-    probe = OtlpSink()
-    port = int(probe.server_address[1])
-    probe.server_close()
-    return port
+    probe = OtlpReceiver()
+    probe.stop()
+    return probe.port
 
 
 def test_spill_while_the_receiver_is_down_then_drain_with_nothing_lost_or_doubled(
-    serve: Any, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch
+    start_receiver: StartReceiver, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     port = _closed_port()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # the sender gives a batch up after a second
@@ -109,7 +111,7 @@ def test_spill_while_the_receiver_is_down_then_drain_with_nothing_lost_or_double
     assert Path(spill["file"]).parent == Path(bridge.config.spill_dir or spill["dir"])
     assert_balanced(bridge)
 
-    sink = serve(OtlpSink(port=port))  # the receiver is back
+    sink = start_receiver(port=port)  # the receiver is back
     wait_until(lambda: bridge.status()["counters"]["exported"].get("otlp") == 3_000, what="the spill drained")
     assert bridge.force_flush(WAIT_S)
     counters = assert_balanced(bridge)
@@ -143,7 +145,7 @@ def test_a_full_spill_drops_counted_and_warns_once_with_the_count(
 
 
 def test_a_spill_file_replays_to_another_receiver(
-    serve: Any, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    start_receiver: StartReceiver, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
     bridge = make_bridge(
@@ -164,7 +166,7 @@ def test_a_spill_file_replays_to_another_receiver(
     assert sorted(r["attributes"]["n"] for r in records) == list(range(500))
     assert all(record_to_span(r).name == "kept for later" for r in records)
 
-    sink = serve(OtlpSink())
+    sink = start_receiver()
     cli = Path(sys.executable).with_name("verl-otel-bridge")
     env = {**os.environ, "VERL_OTEL_BRIDGE_OTLP_ENDPOINT": sink.url}
     done = subprocess.run(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from otlp_receiver import OtlpReceiver
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
@@ -30,7 +31,7 @@ from verl_otel_bridge._internal.accounting import balance
 from verl_otel_bridge._internal.exporters.redacting import REDACTED
 
 from .fake_rl_insight import install_broken_rl_insight, usable_rl_insight
-from .helpers import WAIT_S, OtlpSink, assert_balanced, finished, forks_on_purpose, identity_of, wait_until
+from .helpers import WAIT_S, StartReceiver, assert_balanced, finished, forks_on_purpose, identity_of, wait_until
 
 #: RL-Insight through ``trace_span``, the path the faults are injected into.
 HUB = {"exporter": "rl_insight", "rl_insight_transport": "hub"}
@@ -475,8 +476,8 @@ def test_redacted_attributes_never_reach_any_exporter(
 
 
 @pytest.fixture
-def otlp_sink(serve: Callable[[Any], OtlpSink]) -> OtlpSink:
-    return serve(OtlpSink())
+def otlp_sink(start_receiver: StartReceiver) -> OtlpReceiver:
+    return start_receiver()
 
 
 SECRET = "s3cret"
@@ -495,7 +496,7 @@ def _assert_no_secret(bridge: Bridge, logs: pytest.LogCaptureFixture) -> None:
 
 
 def test_credentials_stay_out_of_status_reprs_and_logs(
-    monkeypatch: pytest.MonkeyPatch, logs: pytest.LogCaptureFixture, otlp_sink: OtlpSink
+    monkeypatch: pytest.MonkeyPatch, logs: pytest.LogCaptureFixture, otlp_sink: OtlpReceiver
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer {SECRET}")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp_sink.url)
@@ -507,7 +508,7 @@ def test_credentials_stay_out_of_status_reprs_and_logs(
     _assert_no_secret(bridge, logs)  # ...but is never shown
     vob.shutdown(timeout_s=WAIT_S)  # the shutdown summary too
     _assert_no_secret(bridge, logs)
-    assert otlp_sink.requests and otlp_sink.requests[0]["headers"]["authorization"] == f"Bearer {SECRET}"
+    assert otlp_sink.requests and otlp_sink.requests[0].headers["authorization"] == f"Bearer {SECRET}"
     counters = bridge.status()["counters"]
     assert balance(counters) == 0 and counters["exported"] == {"otlp": 4}, counters
 
@@ -562,7 +563,7 @@ def _listening_socket_inodes() -> set[str]:
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
 def test_the_bridge_opens_no_listening_socket(
-    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], otlp_sink: OtlpSink, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], otlp_sink: OtlpReceiver, tmp_path: Path
 ) -> None:
     before = _listening_socket_inodes()
     assert before, "the test's own OTLP sink should be listening (is /proc/net/tcp readable?)"

@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))  # `import stack`
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `import otlp_receiver`
 
 import harness
 import stack

@@ -14,7 +14,8 @@ from typing import Any
 import harness
 import pytest
 import stack
-from stack import OtlpReceiver, ReceivedSpan, RlInsightHub
+from otlp_receiver import OtlpReceiver, ReceivedSpan
+from stack import RlInsightHub
 
 from verl_otel_bridge._internal import current
 from verl_otel_bridge._internal.protocol import GENERIC_IDENTITY_KEYS
@@ -45,7 +46,7 @@ def run(config: Any, model_dir: Path, batch: Any) -> harness.ScriptedServer:
 
 @pytest.fixture
 def fresh_otlp_receiver() -> Any:
-    with stack.OtlpReceiver() as receiver:
+    with OtlpReceiver() as receiver:
         yield receiver
 
 
