@@ -867,6 +867,11 @@ def run_export_cpu(smoke: bool) -> dict[str, Any]:
     return run_script("export_cpu.py", smoke, timeout_s=300 if smoke else 1200)
 
 
+def run_slow_destination(smoke: bool) -> dict[str, Any]:
+    """``bench/slow_destination.py`` (the caller behind a healthy vs a slow OTLP endpoint) in a fresh interpreter."""
+    return run_script("slow_destination.py", smoke, timeout_s=300)
+
+
 def run_script(name: str, smoke: bool, timeout_s: float) -> dict[str, Any]:
     """``bench/<name> --json OUT [--smoke]`` in a fresh interpreter, no bridge settings in its environment."""
     with tempfile.TemporaryDirectory(prefix="vob-bench-") as tmp:
@@ -986,6 +991,8 @@ def main(argv: list[str] | None = None) -> int:
         "whole-process CPU per span by exporter (bench/export_cpu.py) in a subprocess ...", file=sys.stderr, flush=True
     )
     results["export_cpu"] = run_export_cpu(args.smoke)
+    print("the caller behind a slow destination (bench/slow_destination.py) in a subprocess ...", file=sys.stderr)
+    results["slow_destination"] = run_slow_destination(args.smoke)
 
     results["meta"]["machine"]["load_average_end"] = list(os.getloadavg())
     results["meta"]["seconds"] = round(time.monotonic() - began, 1)

@@ -372,7 +372,7 @@ def test_endpoint_failure_mid_run_loses_nothing_and_duplicates_nothing(
             _emit_until(run, "before", lambda: bridge.status()["rl_insight_transport"] == "otlp", 30)
             # Outage: answer 503, or the backend gone (connections cut, then refused).
             if outage == "503":
-                direct.reply_status = 503
+                direct.status = 503
             else:
                 direct.stop()
             _emit_until(
@@ -387,7 +387,7 @@ def test_endpoint_failure_mid_run_loses_nothing_and_duplicates_nothing(
             assert during["counters"]["otlp_failed_batches"] >= 1, during
             # Recovery: the endpoint is retried with backoff and the direct path resumes.
             if outage == "503":
-                direct.reply_status = 200
+                direct.status = 200
             else:
                 direct = OtlpReceiver(port=direct.port)
                 receivers.append(direct)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,14 @@ def make_bridge() -> Iterator[Callable[..., Bridge]]:
     yield make
     for bridge in reversed(made):
         bridge.shutdown(timeout_s=2)
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """An event hung exporters and fakes wait on; opened at teardown, before ``make_bridge`` shuts bridges down."""
+    event = threading.Event()
+    yield event
+    event.set()
 
 
 @pytest.fixture
