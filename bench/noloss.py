@@ -29,7 +29,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from otlp_receiver import OtlpReceiver
+from threads import burst as burst_in_threads
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal.pipeline.budget import span_size
@@ -73,20 +73,6 @@ def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
 
 def _bridge(**settings: Any) -> Bridge:
     return Bridge(BridgeConfig.resolve(environ={}, **settings))
-
-
-def _threads(count: int, work: Callable[[int], None]) -> None:
-    start = threading.Barrier(count)
-
-    def run(thread: int) -> None:
-        start.wait(60)
-        work(thread)
-
-    workers = [threading.Thread(target=run, args=(t,)) for t in range(count)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(600)
 
 
 # -- sampling: caller cost ----------------------------------------------------------
@@ -134,16 +120,8 @@ def sampling_cost(rounds: int, sessions: int) -> dict[str, Any]:
 def burst(spans: int, threads: int = 8) -> dict[str, Any]:
     receiver = OtlpReceiver()
     bridge = _bridge(exporter="otlp", otlp_endpoint=receiver.url)
-    per_thread = spans // threads
-    made = per_thread * threads
-
-    def work(thread: int) -> None:
-        for i in range(per_thread):
-            with bridge.span("burst", n=thread * per_thread + i):
-                pass
-
     started = time.perf_counter_ns()
-    _threads(threads, work)
+    made = burst_in_threads(bridge, spans, threads, timeout_s=600)
     produced = (time.perf_counter_ns() - started) / 1e9
     _await(receiver, made)
     delivered = _last_arrival_s(receiver, since_ns=started)
@@ -163,24 +141,8 @@ def burst(spans: int, threads: int = 8) -> dict[str, Any]:
 
 # -- memory ------------------------------------------------------------------------------
 
-RSS_PROBE = """
-import json, resource, sys
-import verl_otel_bridge as vob
-
-settings = json.loads(sys.argv[1])
-bridge = vob.configure(exporter="otlp", spill_after_s=0.1, spill_probe_s=600, environ={}, **settings)
-def rss():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-with vob.span("warm", ids=list(range(1_000, 201_000))):
-    pass
-before = rss()
-for i in range(int(sys.argv[2])):
-    with vob.span("sample", ids=list(range(1_000 + i, 201_000 + i))):  # fresh int objects, as token ids are
-        pass
-bridge.force_flush(60)
-print(json.dumps({"growth": rss() - before, "counters": bridge.status()["counters"]}))
-bridge.shutdown(timeout_s=5)
-"""
+#: The script that measures it, in a process of its own (shared with tests/unit/test_noloss.py).
+RSS_PROBE = Path(__file__).resolve().parents[1] / "tests" / "token_ids_rss.py"
 
 
 def _closed_port() -> int:
@@ -199,7 +161,7 @@ def memory(spans: int, spill_dir: str) -> dict[str, Any]:
     for label, extra in (("default bounds", {}), ("max_queue_bytes 64 MiB", {"max_queue_bytes": 64 * 2**20})):
         settings = {"otlp_endpoint": endpoint, "spill_dir": os.path.join(spill_dir, label.replace(" ", "_")), **extra}
         done = subprocess.run(
-            [sys.executable, "-c", RSS_PROBE, json.dumps(settings), str(spans)],
+            [sys.executable, str(RSS_PROBE), json.dumps(settings), str(spans)],
             capture_output=True,
             text=True,
             timeout=600,

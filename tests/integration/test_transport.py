@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +32,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 from stack import DiscoveryServer, RlInsightHub, wait_until
+from threads import burst
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal.accounting import balance
@@ -532,20 +532,7 @@ def test_a_burst_of_20000_spans_from_8_threads_reaches_rl_insight_whole_at_defau
         with bridge.span("warm-up"):  # discovery and init on the export thread, before the burst
             pass
         assert bridge.force_flush(30)
-        start = threading.Barrier(BURST_THREADS)
-        per_thread = BURST_SPANS // BURST_THREADS
-
-        def work(thread: int) -> None:
-            start.wait(30)
-            for i in range(per_thread):
-                with bridge.span("burst", n=thread * per_thread + i, tag=run_tag):
-                    pass
-
-        workers = [threading.Thread(target=work, args=(t,)) for t in range(BURST_THREADS)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join(60)
+        burst(bridge, BURST_SPANS, BURST_THREADS, tag=run_tag)
         assert bridge.force_flush(120)
         wait_until(lambda: bridge.status()["spill"]["backlog"] == 0, timeout_s=DELIVERY_TIMEOUT_S)
         assert bridge.force_flush(120)

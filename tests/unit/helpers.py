@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -55,27 +54,6 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = WAIT_S, what: st
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(0.005)
-
-
-def run_threads(targets: Iterable[Callable[[], object]], timeout_s: float = WAIT_S) -> list[BaseException]:
-    """Run each target on a thread of its own, all started before any is joined; wait (``timeout_s`` in
-    all) for every one to end, and return what they raised."""
-    errors: list[BaseException] = []
-
-    def guarded(target: Callable[[], object]) -> None:
-        try:
-            target()
-        except BaseException as exc:  # noqa: BLE001 - returned to the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=guarded, args=(target,)) for target in targets]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + timeout_s
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    assert not any(thread.is_alive() for thread in threads), "a thread did not finish"
-    return errors
 
 
 def identity_of(span: ReadableSpan | Mapping[str, Any]) -> dict[str, Any]:

@@ -6,39 +6,24 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from otlp_receiver import OtlpReceiver
+from threads import burst
 
 from verl_otel_bridge import Bridge
 from verl_otel_bridge._internal.pipeline.budget import span_size
 from verl_otel_bridge._internal.records import read_records, record_to_span
 
-from .helpers import WAIT_S, StartReceiver, assert_balanced, run_threads, wait_until
+from .helpers import WAIT_S, StartReceiver, assert_balanced, wait_until
 
 pytest.importorskip("urllib3")
 
 BURST_SPANS = 20_000
 BURST_THREADS = 8
-
-
-def _burst(bridge: Bridge, spans: int, threads: int, **attributes: Any) -> None:
-    """``spans`` spans with a unique ``n``, ended by ``threads`` threads released together."""
-    start = threading.Barrier(threads)
-    per_thread = spans // threads
-
-    def work(thread: int) -> None:
-        start.wait(WAIT_S)
-        for i in range(per_thread):
-            with bridge.span("burst", n=thread * per_thread + i, **attributes):
-                pass
-
-    assert not run_threads((lambda t=t: work(t) for t in range(threads)), WAIT_S * 6)
 
 
 def _received(sink: OtlpReceiver) -> Counter[int]:
@@ -51,7 +36,7 @@ def test_a_burst_of_20000_spans_from_8_threads_reaches_an_otlp_receiver_whole_at
     sink = start_receiver()
     bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url)
 
-    _burst(bridge, BURST_SPANS, BURST_THREADS)
+    burst(bridge, BURST_SPANS, BURST_THREADS)
 
     assert bridge.force_flush(60)
     wait_until(lambda: bridge.status()["spill"]["backlog"] == 0, what="the spill drained")
@@ -68,7 +53,7 @@ def test_past_the_byte_bound_spans_spill_and_drain_without_loss(
     sink = start_receiver()
     bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url, max_queue_bytes=1024 * 1024)
 
-    _burst(bridge, 4_000, 4, payload="x" * 1000)
+    burst(bridge, 4_000, 4, payload="x" * 1000)
 
     assert bridge.force_flush(60)
     counters = bridge.status()["counters"]
@@ -176,28 +161,8 @@ def test_a_spill_file_replays_to_another_receiver(
     assert _received(sink) == Counter(range(500))
 
 
-RSS_PROBE = """
-import json, resource, sys
-import verl_otel_bridge as vob
-
-bound = int(sys.argv[1])
-bridge = vob.configure(
-    exporter="otlp", otlp_endpoint=sys.argv[2], max_queue_bytes=bound, spill_max_bytes=int(sys.argv[3]),
-    spill_dir=sys.argv[4], spill_after_s=0.1, spill_probe_s=600, environ={},
-)
-def rss():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-with vob.span("warm", ids=list(range(1_000, 201_000))):
-    pass
-before = rss()
-for i in range(int(sys.argv[5])):
-    with vob.span("sample", ids=list(range(1_000 + i, 201_000 + i))):  # fresh int objects, as token ids are
-        pass
-bridge.force_flush(30)
-print(json.dumps({"growth": rss() - before, "queued_bytes": bridge.status()["queued_bytes"],
-                  "counters": bridge.status()["counters"]}))
-bridge.shutdown(timeout_s=5)
-"""
+#: The script that measures it, in a process of its own (shared with bench/noloss.py).
+RSS_PROBE = Path(__file__).resolve().parents[1] / "token_ids_rss.py"
 
 
 def test_large_token_id_lists_keep_peak_memory_within_the_byte_bound(tmp_path: Path) -> None:
@@ -205,9 +170,14 @@ def test_large_token_id_lists_keep_peak_memory_within_the_byte_bound(tmp_path: P
     bound = 64 * 1024 * 1024
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_OTEL_BRIDGE_", "OTEL_"))}
     environ["OTEL_EXPORTER_OTLP_TIMEOUT"] = "2"
-    spill = (str(256 * 1024 * 1024), str(tmp_path / "spill"))
+    settings = {
+        "otlp_endpoint": f"http://127.0.0.1:{_closed_port()}/v1/traces",
+        "max_queue_bytes": bound,
+        "spill_max_bytes": 256 * 1024 * 1024,
+        "spill_dir": str(tmp_path / "spill"),
+    }
     done = subprocess.run(
-        [sys.executable, "-c", RSS_PROBE, str(bound), f"http://127.0.0.1:{_closed_port()}/v1/traces", *spill, "200"],
+        [sys.executable, str(RSS_PROBE), json.dumps(settings), "200"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from otlp_receiver import OtlpReceiver
+from threads import run_threads
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
@@ -37,7 +38,6 @@ from .helpers import (
     finished,
     forks_on_purpose,
     identity_of,
-    run_threads,
     wait_until,
 )
 

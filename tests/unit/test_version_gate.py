@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from threads import run_threads
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal import logs
@@ -29,7 +30,7 @@ from .fake_rl_insight import (
     install_rl_insight,
     usable_rl_insight,
 )
-from .helpers import WAIT_S, assert_balanced, identity_of, run_threads
+from .helpers import WAIT_S, assert_balanced, identity_of
 
 T0 = 1_700_000_000_000_000_000
 OTEL_TYPES = (str, bool, int, float)
