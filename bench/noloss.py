@@ -35,8 +35,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+import report  # bench/report.py
 from otlp_receiver import OtlpReceiver
 from threads import burst as burst_in_threads
 
@@ -259,10 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     results = run(args.smoke)
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text)
+    report.emit(results, args.json)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,14 @@ TARGET_MEMORY_MB = 50.0
 TARGET_OTLP_OVER_HUB = 10.0
 #: Whole-process CPU per span in the agent-loop pattern (bench/export_cpu.py), µs, by exporter.
 TARGET_EXPORT_CPU_US = {"otlp": 60.0, "jsonl": 50.0}
+
+
+def emit(results: dict[str, Any], path: Path | None) -> None:
+    """A benchmark script's results: printed as JSON, and written to ``path`` (its ``--json``) when given."""
+    text = json.dumps(results, indent=2)
+    print(text)
+    if path is not None:
+        path.write_text(text + "\n")
 
 
 def _ratio(results: dict[str, Any], num: str, den: str) -> dict[str, Any] | None:

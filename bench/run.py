@@ -841,20 +841,7 @@ def run_phase_subprocess(phase: str, args: argparse.Namespace, timeout_s: float)
     with tempfile.TemporaryDirectory(prefix="vob-bench-") as tmp:
         out = Path(tmp) / f"{phase}.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--phase-out", str(out)]
-        if args.smoke:
-            cmd.append("--smoke")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_BRIDGE_"))}
-        env.pop("RL_INSIGHT_SERVER_URL", None)
-        env.pop("VERL_RL_INSIGHT_ENABLE", None)
-        try:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL, check=False
-            )
-        except subprocess.TimeoutExpired as exc:
-            return {"error": f"phase {phase} timed out after {timeout_s:.0f} s", "stderr": _tail(exc.stderr)}
-        if proc.returncode != 0 or not out.is_file():
-            return {"error": f"phase {phase} exited {proc.returncode}", "stderr": _tail(proc.stderr)}
-        return json.loads(out.read_text())
+        return _run_for_json([*cmd, *(["--smoke"] if args.smoke else [])], out, timeout_s, f"phase {phase}")
 
 
 def run_noloss(smoke: bool) -> dict[str, Any]:
@@ -873,27 +860,29 @@ def run_slow_destination(smoke: bool) -> dict[str, Any]:
 
 
 def run_script(name: str, smoke: bool, timeout_s: float) -> dict[str, Any]:
-    """``bench/<name> --json OUT [--smoke]`` in a fresh interpreter, no bridge settings in its environment."""
+    """``bench/<name> --json OUT [--smoke]`` in a fresh interpreter."""
     with tempfile.TemporaryDirectory(prefix="vob-bench-") as tmp:
         out = Path(tmp) / "out.json"
         cmd = [sys.executable, str(Path(__file__).resolve().with_name(name)), "--json", str(out)]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_BRIDGE_"))}
-        try:
-            proc = subprocess.run(
-                [*cmd, *(["--smoke"] if smoke else [])],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            return {"error": f"bench/{name} timed out", "stderr": _tail(exc.stderr)}
-        if proc.returncode != 0 or not out.is_file():
-            return {"error": f"bench/{name} exited {proc.returncode}", "stderr": _tail(proc.stderr)}
-        result: dict[str, Any] = json.loads(out.read_text())
-        return result
+        return _run_for_json([*cmd, *(["--smoke"] if smoke else [])], out, timeout_s, f"bench/{name}")
+
+
+def _run_for_json(cmd: list[str], out: Path, timeout_s: float, what: str) -> dict[str, Any]:
+    """Run ``cmd`` (bounded) with no bridge, OpenTelemetry or RL-Insight setting in its environment; the JSON
+    it wrote to ``out``, or the error and the tail of its stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_BRIDGE_"))}
+    env.pop("RL_INSIGHT_SERVER_URL", None)
+    env.pop("VERL_RL_INSIGHT_ENABLE", None)
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        return {"error": f"{what} timed out after {timeout_s:.0f} s", "stderr": _tail(exc.stderr)}
+    if proc.returncode != 0 or not out.is_file():
+        return {"error": f"{what} exited {proc.returncode}", "stderr": _tail(proc.stderr)}
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
 
 
 def _tail(text: Any, lines: int = 25) -> str:

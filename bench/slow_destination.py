@@ -16,7 +16,6 @@ destination fills the queue: the rest spill, or past the spill are dropped, all 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -24,8 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+import report  # bench/report.py
 from otlp_receiver import OtlpReceiverProcess  # tests/otlp_receiver.py
 
 from verl_otel_bridge import Bridge, BridgeConfig
@@ -112,10 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds, spans, warm_up = (2, 200, 20) if args.smoke else (args.rounds, args.spans, 200)
     with tempfile.TemporaryDirectory(prefix="vob-slow-destination-") as spill_dir:
         results = measure(rounds, spans, warm_up, args.delay_ms, spill_dir)
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text)
+    report.emit(results, args.json)
     return 0
 
 

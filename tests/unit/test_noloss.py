@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from otlp_receiver import OtlpReceiver
@@ -71,17 +72,26 @@ def _closed_port() -> int:
     return probe.port
 
 
+def _bridge_to_a_down_receiver(
+    make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch, port: int | None = None, **settings: Any
+) -> Bridge:
+    """``exporter: otlp`` to a loopback port nothing listens on (``port``: a given one), a sender that gives a
+    batch up after a second, and batches every 10 ms."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    endpoint = f"http://127.0.0.1:{port or _closed_port()}/v1/traces"
+    return make_bridge(exporter="otlp", otlp_endpoint=endpoint, schedule_delay_ms=10, **settings)
+
+
 def test_spill_while_the_receiver_is_down_then_drain_with_nothing_lost_or_doubled(
     start_receiver: StartReceiver, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     port = _closed_port()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # the sender gives a batch up after a second
-    bridge = make_bridge(
-        exporter="otlp",
-        otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces",
-        spill_after_s=1,  # "down for a minute", shortened
-        spill_probe_s=0.2,
-        schedule_delay_ms=10,
+    bridge = _bridge_to_a_down_receiver(
+        make_bridge,
+        monkeypatch,
+        port,
+        spill_after_s=1,
+        spill_probe_s=0.2,  # "down for a minute", shortened
     )
     for n in range(1_000):
         with bridge.span("down", n=n):
@@ -109,14 +119,8 @@ def test_spill_while_the_receiver_is_down_then_drain_with_nothing_lost_or_double
 def test_a_full_spill_drops_counted_and_warns_once_with_the_count(
     make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
-    bridge = make_bridge(
-        exporter="otlp",
-        otlp_endpoint=f"http://127.0.0.1:{_closed_port()}/v1/traces",
-        spill_max_bytes=200_000,
-        spill_after_s=0.1,
-        spill_probe_s=60,
-        schedule_delay_ms=10,
+    bridge = _bridge_to_a_down_receiver(
+        make_bridge, monkeypatch, spill_max_bytes=200_000, spill_after_s=0.1, spill_probe_s=60
     )
     for n in range(2_000):
         with bridge.span("s", n=n, payload="y" * 200):
@@ -132,14 +136,8 @@ def test_a_full_spill_drops_counted_and_warns_once_with_the_count(
 def test_a_spill_file_replays_to_another_receiver(
     start_receiver: StartReceiver, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
-    bridge = make_bridge(
-        exporter="otlp",
-        otlp_endpoint=f"http://127.0.0.1:{_closed_port()}/v1/traces",
-        spill_after_s=0.1,
-        spill_probe_s=60,
-        spill_dir=str(tmp_path / "spill"),
-        schedule_delay_ms=10,
+    bridge = _bridge_to_a_down_receiver(
+        make_bridge, monkeypatch, spill_after_s=0.1, spill_probe_s=60, spill_dir=str(tmp_path / "spill")
     )
     for n in range(500):
         with bridge.span("kept for later", n=n):
