@@ -64,6 +64,15 @@ def _last_arrival_s(receiver: OtlpReceiver, since_ns: int | None = None) -> floa
     return (max(arrivals) - (min(arrivals) if since_ns is None else since_ns)) / 1e9
 
 
+def _close(bridge: Bridge, receiver: OtlpReceiver) -> dict[str, Any]:
+    """Flush (bounded), shut the bridge down and stop the receiver; the bridge's counters after the flush."""
+    bridge.force_flush(60)
+    counters: dict[str, Any] = bridge.status()["counters"]
+    bridge.shutdown(timeout_s=10)
+    receiver.stop()
+    return counters
+
+
 def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -127,10 +136,7 @@ def burst(spans: int, threads: int = 8) -> dict[str, Any]:
     produced = (time.perf_counter_ns() - started) / 1e9
     _await(receiver, made)
     delivered = _last_arrival_s(receiver, since_ns=started)
-    bridge.force_flush(60)
-    counters = bridge.status()["counters"]
-    bridge.shutdown(timeout_s=10)
-    receiver.stop()
+    counters = _close(bridge, receiver)
     return {
         "spans": made,
         **_delivered(receiver, made),
@@ -214,10 +220,7 @@ def spill_rates(spans: int, spill_dir: str) -> dict[str, Any]:
     _await(receiver, spans + 1)
     drain_s = _last_arrival_s(receiver)
     del os.environ["OTEL_EXPORTER_OTLP_TIMEOUT"]
-    bridge.force_flush(30)
-    counters = bridge.status()["counters"]
-    bridge.shutdown(timeout_s=10)
-    receiver.stop()
+    counters = _close(bridge, receiver)
     return {
         "spans": spans,
         "spill_mib": round(spill["bytes"] / 2**20, 1),

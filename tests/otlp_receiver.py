@@ -252,11 +252,6 @@ class OtlpReceiver:
         )
         self._thread.start()
 
-    @property
-    def endpoint(self) -> str:
-        """The OTLP/HTTP traces URL (:attr:`url`)."""
-        return self.url
-
     def _connected(self, connection: socket.socket) -> None:
         with self._lock:
             self.connections += 1

@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,22 +60,24 @@ def _reap(pid: int) -> int:
 def _check(sink: OtlpReceiver, parent: Bridge, names: dict[str, int]) -> None:
     counters = parent.status()["counters"]
     assert counters["exported"] == {"otlp": names["parent"]} and counters["failed"] == 0, counters
-    received = sink.spans
     assert sink.decode_errors == []  # every request decodes: none was interleaved with another
     assert all(r.status == 200 for r in sink.requests)
-    by_name: dict[str, int] = {}
-    for received_span in received:
-        by_name[received_span.name] = by_name.get(received_span.name, 0) + 1
-    assert by_name == names
+    assert Counter(span.name for span in sink.spans) == names
+
+
+def _parent_with_an_open_connection(sink: OtlpReceiver, make_bridge: Callable[..., Bridge]) -> Bridge:
+    """The current bridge, sending to ``sink``, its keep-alive connection open (a first round sent)."""
+    parent = make_bridge(exporter="otlp", otlp_endpoint=sink.url, schedule_delay_ms=5)
+    vob.set_bridge(parent)
+    assert _spans("parent", rounds=1)
+    return parent
 
 
 def test_os_fork_children_send_on_connections_of_their_own(
     start_receiver: StartReceiver, make_bridge: Callable[..., Bridge]
 ) -> None:
     sink = start_receiver()
-    parent = make_bridge(exporter="otlp", otlp_endpoint=sink.url, schedule_delay_ms=5)
-    vob.set_bridge(parent)
-    assert _spans("parent", rounds=1)  # the parent's keep-alive connection is open now
+    parent = _parent_with_an_open_connection(sink, make_bridge)
     pids = []
     for c in range(CHILDREN):
         pid = os.fork()
@@ -101,9 +104,7 @@ def test_multiprocessing_fork_children_send_on_connections_of_their_own(
     start_receiver: StartReceiver, make_bridge: Callable[..., Bridge]
 ) -> None:
     sink = start_receiver()
-    parent = make_bridge(exporter="otlp", otlp_endpoint=sink.url, schedule_delay_ms=5)
-    vob.set_bridge(parent)
-    assert _spans("parent", rounds=1)
+    parent = _parent_with_an_open_connection(sink, make_bridge)
     context = multiprocessing.get_context("fork")
     children = [context.Process(target=_mp_child, args=(c,)) for c in range(CHILDREN)]
     for child in children:
