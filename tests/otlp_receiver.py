@@ -120,6 +120,24 @@ def decode_export_request(body: bytes, content_encoding: str = "", received_ns: 
     return spans
 
 
+def as_received(span: Any) -> ReceivedSpan:
+    """An OpenTelemetry SDK ``ReadableSpan`` (e.g. from a memory exporter) as a receiver would decode it
+    (tuples become lists), so that spans kept in memory and spans received are read alike."""
+    context = span.get_span_context()
+    return ReceivedSpan(
+        name=span.name,
+        trace_id=format(context.trace_id, "032x"),
+        span_id=format(context.span_id, "016x"),
+        parent_span_id=format(span.parent.span_id, "016x") if span.parent is not None else None,
+        start_time_ns=span.start_time,
+        end_time_ns=span.end_time,
+        attributes={key: list(v) if isinstance(v, tuple) else v for key, v in (span.attributes or {}).items()},
+        status_code=int(span.status.status_code.value),  # the SDK's StatusCode has OTLP's numbers
+        status_message=span.status.description or "",
+        resource=dict(span.resource.attributes),
+    )
+
+
 @dataclass(frozen=True)
 class Request:
     """One POST the receiver got: header names are lowercase; ``status`` is what it answered."""
