@@ -309,7 +309,7 @@ def test_auto_uses_otlp_when_the_server_advertises_a_port(rl_insight_hub: RlInsi
         assert run.bridge.force_flush(30)
         status = run.bridge.status()
     assert status["rl_insight_transport"] == "otlp", status
-    assert status["otlp_endpoint"] == rl_insight_hub.receiver.endpoint
+    assert status["otlp_endpoint"] == rl_insight_hub.receiver.url
     assert status["otlp_error"] is None, status
     counters = status["counters"]
     assert counters["exported"] == {"rl_insight_otlp": counters["ended"]} and balance(counters) == 0, counters
