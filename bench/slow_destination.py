@@ -4,7 +4,7 @@ Two bridges with ``exporter: otlp`` and default settings otherwise, each sending
 an OTLP/HTTP receiver of its own in a process of its own (tests/otlp_receiver.py):
 one answers at once, the other waits ``--delay-ms`` before each answer, as an
 RL-Insight collector (or its Tempo) that cannot keep up does. The caller's time for
-``with bridge.span(...)`` is taken span by span, alternating between the two bridges
+``with bridge.span(...)`` (bench/run.py's span) is taken span by span, alternating between the two bridges
 (the order swaps each round), so that a scheduler or GC pause lands on both alike.
 Per round: p50 and p99 of each side and their slow/healthy ratios; reported: the
 medians over the rounds of those paired ratios, and each bridge's counters (a slow
@@ -27,13 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import report  # bench/report.py
+import run  # bench/run.py: the measured span
 from otlp_receiver import OtlpReceiverProcess  # tests/otlp_receiver.py
 
 from verl_otel_bridge import Bridge, BridgeConfig
 
 SIDES = ("healthy", "slow")
-#: The 4 attributes of bench/run.py's measured span.
-SPAN_ATTRIBUTES: dict[str, Any] = {"turn": 3, "type": "generate", "prompt_tokens": 512}
 
 
 def _quantile(latencies: list[int], q: int) -> float:
@@ -44,11 +43,12 @@ def one_round(bridges: dict[str, Bridge], spans: int, order: tuple[str, ...]) ->
     """``spans`` spans on each bridge, alternating span by span in ``order``: each side's latencies (ns)."""
     latencies: dict[str, list[int]] = {side: [] for side in order}
     clock = time.perf_counter_ns
-    for i in range(spans):
+    name, attributes = run.SPAN_NAME, run.SPAN_ATTRIBUTES
+    for _ in range(spans):
         for side in order:
             bridge = bridges[side]
             started = clock()
-            with bridge.span("generate", i=i, **SPAN_ATTRIBUTES):
+            with bridge.span(name, **attributes):
                 pass
             latencies[side].append(clock() - started)
     return latencies

@@ -291,7 +291,7 @@ class OtlpReceiver:
 
     @property
     def requests(self) -> list[Request]:
-        """Every POST so far, in arrival order."""
+        """Every POST answered so far, in the order of the answers (``received_ns`` says when each arrived)."""
         with self._lock:
             return list(self._requests)
 
@@ -322,7 +322,7 @@ class OtlpReceiver:
 
     @property
     def spans(self) -> list[ReceivedSpan]:
-        """Every span of the accepted requests so far, decoded, in arrival order."""
+        """Every span of the accepted requests so far, decoded, in the order of :attr:`requests`."""
         return self._spans_since(0)
 
     def _spans_since(self, index: int) -> list[ReceivedSpan]:
