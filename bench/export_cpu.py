@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import run  # bench/run.py: the out-of-process OTLP receiver
+from otlp_receiver import OtlpReceiverProcess  # tests/otlp_receiver.py
 
 from verl_otel_bridge import Bridge, BridgeConfig
 
@@ -47,15 +47,15 @@ def make_sessions(bridge: Bridge, sessions: int, step: int) -> None:
             task.set_result(status="success", reward=1.0)
 
 
-def one_round(exporter: str, spans: int, directory: str, receiver: run.BenchReceiver, step: int) -> dict[str, Any]:
+def one_round(exporter: str, spans: int, directory: str, receiver: OtlpReceiverProcess, step: int) -> dict[str, Any]:
     """A fresh bridge with ``exporter``: CPU µs per span until all ``spans`` are exported."""
     options: dict[str, Any] = {"exporter": exporter, "progress_interval_s": 0}
     if exporter == "jsonl":
         options["jsonl_path"] = f"{directory}/spans-{step}.jsonl"
     if exporter == "otlp":
-        options["otlp_endpoint"] = f"http://127.0.0.1:{receiver.port}/v1/traces"
+        options["otlp_endpoint"] = receiver.url
     bridge = Bridge(BridgeConfig.resolve(environ={}, **options))
-    received_before = receiver.untagged
+    received_before = receiver.span_count
     sessions = spans // SPANS_PER_SESSION
     gc.collect()
     cpu0, wall0 = time.process_time_ns(), time.perf_counter_ns()
@@ -66,7 +66,7 @@ def one_round(exporter: str, spans: int, directory: str, receiver: run.BenchRece
     counters = bridge.status()["counters"]
     bridge.shutdown()
     made = sessions * SPANS_PER_SESSION
-    received = receiver.untagged - received_before if exporter == "otlp" else None
+    received = receiver.span_count - received_before if exporter == "otlp" else None
     assert flushed, f"{exporter}: flush did not finish"
     assert counters["ended"] == made and counters["dropped"] == 0 and counters["failed"] == 0, counters
     assert received in (None, made), f"otlp: the receiver holds {received} of {made} spans"
@@ -75,7 +75,7 @@ def one_round(exporter: str, spans: int, directory: str, receiver: run.BenchRece
 
 def measure(spans: int, rounds: int) -> dict[str, Any]:
     """:data:`EXPORTERS` alternating for ``rounds`` rounds (one untimed warm-up round first)."""
-    receiver = run.BenchReceiver()
+    receiver = OtlpReceiverProcess()
     per: dict[str, list[dict[str, Any]]] = {name: [] for name in EXPORTERS}
     try:
         with tempfile.TemporaryDirectory() as directory:

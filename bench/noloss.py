@@ -1,6 +1,6 @@
 """Bursts, spill and sampling: what the bridge delivers and what it costs the caller.
 
-Measured in one run, on one machine, against one loopback OTLP/HTTP receiver in this
+Measured in one run, on one machine, against one loopback OTLP/HTTP receiver (tests/otlp_receiver.py) in this
 process (it decodes every request with ``opentelemetry-proto`` and counts span ids):
 
 * **sampling**: the caller's cost per span of agent-loop sessions (a task and eight
@@ -22,64 +22,55 @@ process (it decodes every request with ``opentelemetry-proto`` and counts span i
 from __future__ import annotations
 
 import argparse
-import http.server
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import report  # bench/report.py
+from otlp_receiver import OtlpReceiver
+from threads import burst as burst_in_threads
+
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal.pipeline.budget import span_size
 
 
-class Receiver(http.server.ThreadingHTTPServer):
-    """Loopback OTLP/HTTP receiver counting span ids; answers 200, or refuses while ``down``."""
+def _await(receiver: OtlpReceiver, spans: int, timeout_s: float = 300) -> None:
+    """Wait (bounded) for ``spans`` spans; short of them after ``timeout_s``, the results say how many are lost."""
+    with contextlib.suppress(AssertionError):
+        receiver.wait_for(spans, timeout_s)
 
-    daemon_threads = True
 
-    def __init__(self, port: int = 0) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+def _delivered(receiver: OtlpReceiver, made: int) -> dict[str, int]:
+    """Spans made but never received, and spans received more than once."""
+    ids = Counter(span.span_id for span in receiver.spans)
+    return {"lost": made - len(ids), "duplicates": sum(ids.values()) - len(ids)}
 
-        self.ids: Counter[bytes] = Counter()
-        self.first: float | None = None
-        self.last = 0.0
-        self._lock = threading.Lock()
-        receiver = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+def _last_arrival_s(receiver: OtlpReceiver, since_ns: int | None = None) -> float:
+    """Seconds from ``since_ns`` (``perf_counter_ns``; default: the first arrival) to the last arrival."""
+    arrivals = [request.received_ns for request in receiver.requests] or [0]
+    return (max(arrivals) - (min(arrivals) if since_ns is None else since_ns)) / 1e9
 
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                message = ExportTraceServiceRequest.FromString(body)
-                ids = [s.span_id for rs in message.resource_spans for ss in rs.scope_spans for s in ss.spans]
-                with receiver._lock:
-                    receiver.ids.update(ids)
-                    receiver.last = time.monotonic()
-                    receiver.first = receiver.first or receiver.last
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", port), Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
+def _close(bridge: Bridge, receiver: OtlpReceiver) -> dict[str, Any]:
+    """Flush (bounded), shut the bridge down and stop the receiver; the bridge's counters after the flush."""
+    bridge.force_flush(60)
+    counters: dict[str, Any] = bridge.status()["counters"]
+    bridge.shutdown(timeout_s=10)
+    receiver.stop()
+    return counters
 
 
 def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
@@ -93,20 +84,6 @@ def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
 
 def _bridge(**settings: Any) -> Bridge:
     return Bridge(BridgeConfig.resolve(environ={}, **settings))
-
-
-def _threads(count: int, work: Callable[[int], None]) -> None:
-    start = threading.Barrier(count)
-
-    def run(thread: int) -> None:
-        start.wait(60)
-        work(thread)
-
-    workers = [threading.Thread(target=run, args=(t,)) for t in range(count)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(600)
 
 
 # -- sampling: caller cost ----------------------------------------------------------
@@ -152,30 +129,17 @@ def sampling_cost(rounds: int, sessions: int) -> dict[str, Any]:
 
 
 def burst(spans: int, threads: int = 8) -> dict[str, Any]:
-    receiver = Receiver()
+    receiver = OtlpReceiver()
     bridge = _bridge(exporter="otlp", otlp_endpoint=receiver.url)
-    per_thread = spans // threads
-    made = per_thread * threads
-
-    def work(thread: int) -> None:
-        for i in range(per_thread):
-            with bridge.span("burst", n=thread * per_thread + i):
-                pass
-
-    started = time.monotonic()
-    _threads(threads, work)
-    produced = time.monotonic() - started
-    _wait(lambda: sum(receiver.ids.values()) >= made, timeout_s=300)
-    delivered = receiver.last - started
-    bridge.force_flush(60)
-    counters = bridge.status()["counters"]
-    bridge.shutdown(timeout_s=10)
-    receiver.stop()
-    once = len(receiver.ids)
+    started = time.perf_counter_ns()
+    made = burst_in_threads(bridge, spans, threads, timeout_s=600)
+    produced = (time.perf_counter_ns() - started) / 1e9
+    _await(receiver, made)
+    delivered = _last_arrival_s(receiver, since_ns=started)
+    counters = _close(bridge, receiver)
     return {
         "spans": made,
-        "lost": made - once,
-        "duplicates": sum(receiver.ids.values()) - once,
+        **_delivered(receiver, made),
         "caller_s": round(produced, 2),
         "delivered_s": round(delivered, 2),
         "spilled_on_the_way": counters.get("spill_written", 0),
@@ -185,24 +149,8 @@ def burst(spans: int, threads: int = 8) -> dict[str, Any]:
 
 # -- memory ------------------------------------------------------------------------------
 
-RSS_PROBE = """
-import json, resource, sys
-import verl_otel_bridge as vob
-
-settings = json.loads(sys.argv[1])
-bridge = vob.configure(exporter="otlp", spill_after_s=0.1, spill_probe_s=600, environ={}, **settings)
-def rss():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-with vob.span("warm", ids=list(range(1_000, 201_000))):
-    pass
-before = rss()
-for i in range(int(sys.argv[2])):
-    with vob.span("sample", ids=list(range(1_000 + i, 201_000 + i))):  # fresh int objects, as token ids are
-        pass
-bridge.force_flush(60)
-print(json.dumps({"growth": rss() - before, "counters": bridge.status()["counters"]}))
-bridge.shutdown(timeout_s=5)
-"""
+#: The script that measures it, in a process of its own (shared with tests/unit/test_noloss.py).
+RSS_PROBE = Path(__file__).resolve().parents[1] / "tests" / "token_ids_rss.py"
 
 
 def _closed_port() -> int:
@@ -221,7 +169,7 @@ def memory(spans: int, spill_dir: str) -> dict[str, Any]:
     for label, extra in (("default bounds", {}), ("max_queue_bytes 64 MiB", {"max_queue_bytes": 64 * 2**20})):
         settings = {"otlp_endpoint": endpoint, "spill_dir": os.path.join(spill_dir, label.replace(" ", "_")), **extra}
         done = subprocess.run(
-            [sys.executable, "-c", RSS_PROBE, json.dumps(settings), str(spans)],
+            [sys.executable, str(RSS_PROBE), json.dumps(settings), str(spans)],
             capture_output=True,
             text=True,
             timeout=600,
@@ -268,22 +216,17 @@ def spill_rates(spans: int, spill_dir: str) -> dict[str, Any]:
     _wait(lambda: bridge.status()["counters"].get("spill_written", 0) >= spans + 1, timeout_s=300)
     write_s = time.monotonic() - started
     spill = bridge.status()["spill"]
-    receiver = Receiver(port)
-    _wait(lambda: sum(receiver.ids.values()) >= spans + 1, timeout_s=300)
-    drain_s = receiver.last - (receiver.first or receiver.last)
+    receiver = OtlpReceiver(port)
+    _await(receiver, spans + 1)
+    drain_s = _last_arrival_s(receiver)
     del os.environ["OTEL_EXPORTER_OTLP_TIMEOUT"]
-    bridge.force_flush(30)
-    counters = bridge.status()["counters"]
-    bridge.shutdown(timeout_s=10)
-    receiver.stop()
-    once = len(receiver.ids)
+    counters = _close(bridge, receiver)
     return {
         "spans": spans,
         "spill_mib": round(spill["bytes"] / 2**20, 1),
         "write_spans_per_s": round(spans / write_s),
         "drain_spans_per_s": round(spans / drain_s) if drain_s else None,
-        "lost": spans + 1 - once,
-        "duplicates": sum(receiver.ids.values()) - once,
+        **_delivered(receiver, spans + 1),
         "dropped": counters["dropped"],
     }
 
@@ -321,10 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     results = run(args.smoke)
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text)
+    report.emit(results, args.json)
     return 0
 
 

@@ -4,7 +4,7 @@ Before: OpenTelemetry's ``OTLPSpanExporter`` (``opentelemetry-exporter-otlp-prot
 a dependency the ``otlp`` extra does without). After: the package's ``OtlpSpanExporter``
 (its encoder and urllib3 sender). Both export the same agent-loop spans, made by a
 bridge (identity attributes on every span), in batches of 512 to one loopback
-OTLP/HTTP receiver in this process, alternating round by round so that both see
+OTLP/HTTP receiver in this process (tests/otlp_receiver.py), alternating round by round so that both see
 the same machine load. Prints medians over the rounds (µs per span) and the ratios.
 
     python bench/otlp_cost.py [--rounds 15] [--batch 512]
@@ -13,14 +13,11 @@ the same machine load. Prints medians over the rounds (µs per span) and the rat
 from __future__ import annotations
 
 import argparse
-import http.server
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -30,28 +27,10 @@ from verl_otel_bridge._internal.otlp.encoding import SpanEncoder
 from verl_otel_bridge._internal.otlp.exporter import OtlpSpanExporter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import run  # bench/run.py: the benchmark's span shapes
-
-
-class _Receiver(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1/traces"
+from otlp_receiver import OtlpReceiver  # tests/otlp_receiver.py
 
 
 def agent_loop_spans(count: int) -> list[ReadableSpan]:
@@ -86,8 +65,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    receiver = _Receiver()
-    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    receiver = OtlpReceiver()
     batch = agent_loop_spans(args.batch)
     attributes = statistics.median(len(span.attributes or {}) for span in batch)
     before: SpanExporter = OTLPSpanExporter(endpoint=receiver.url)
@@ -115,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"  before/after: encoding {encode_ratio:.1f}x, export {export_ratio:.1f}x")
     before.shutdown()
     after.shutdown()
-    receiver.shutdown()
+    receiver.stop()
 
 
 if __name__ == "__main__":

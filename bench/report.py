@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,14 @@ TARGET_MEMORY_MB = 50.0
 TARGET_OTLP_OVER_HUB = 10.0
 #: Whole-process CPU per span in the agent-loop pattern (bench/export_cpu.py), µs, by exporter.
 TARGET_EXPORT_CPU_US = {"otlp": 60.0, "jsonl": 50.0}
+
+
+def emit(results: dict[str, Any], path: Path | None) -> None:
+    """A benchmark script's results: printed as JSON, and written to ``path`` (its ``--json``) when given."""
+    text = json.dumps(results, indent=2)
+    print(text)
+    if path is not None:
+        path.write_text(text + "\n")
 
 
 def _ratio(results: dict[str, Any], num: str, den: str) -> dict[str, Any] | None:
@@ -386,6 +395,27 @@ def _export_cpu_text(results: dict[str, Any]) -> str:
     )
 
 
+def _slow_destination_text(results: dict[str, Any]) -> str:
+    slow = results.get("slow_destination") or {}
+    if "error" in slow or not slow:
+        return f"_not measured: {slow.get('error', 'skipped')}_"
+    rows = ["| destination | p50 µs | p99 µs | spilled | dropped |", "|---|---:|---:|---:|---:|"]
+    for side in ("healthy", "slow"):
+        counters = slow["counters"][side]
+        rows.append(
+            f"| {side} | {slow[f'{side}_p50_us']:.1f} | {slow[f'{side}_p99_us']:.1f} | "
+            f"{counters['spilled']:,} | {counters['dropped']:,} |"
+        )
+    return (
+        f"The caller's time per span with `exporter: otlp` to a receiver that answers at once, and to one that "
+        f"waits {slow['delay_ms']:.0f} ms before each answer (bench/slow_destination.py): span by span "
+        f"alternating between the two bridges, {slow['rounds']} rounds of {slow['spans_per_round']:,} spans each "
+        f"(medians over the rounds). Paired per-round ratios, slow / healthy: p50 "
+        f"{slow['p50_ratio_slow_over_healthy']:.2f}, p99 {slow['p99_ratio_slow_over_healthy']:.2f}.\n\n"
+        + "\n".join(rows)
+    )
+
+
 def _machine_text(results: dict[str, Any]) -> str:
     meta = results["meta"]
     m = meta["machine"]
@@ -464,6 +494,10 @@ def section(results: dict[str, Any], chart_name: str) -> str:
             "### Whole-process CPU per span, by exporter",
             "",
             _export_cpu_text(results),
+            "",
+            "### Behind a slow destination",
+            "",
+            _slow_destination_text(results),
             "",
             END,
         ]

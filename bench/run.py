@@ -49,7 +49,6 @@ import argparse
 import contextlib
 import gc
 import json
-import multiprocessing
 import os
 import platform
 import shlex
@@ -60,7 +59,6 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -439,6 +437,7 @@ def phase_micro(settings: Settings) -> dict[str, Any]:
 
 def _import_stack() -> Any:
     sys.path.insert(0, str(REPO / "tests" / "integration"))
+    sys.path.insert(0, str(REPO / "tests"))
     import stack
 
     return stack
@@ -460,187 +459,28 @@ def stack_unavailable() -> str | None:
     return None
 
 
-#: Bound on a reply from the receiver process beyond the time the request itself may take.
-RECEIVER_REPLY_S = 10.0
-#: Bound on the receiver process's start (a fresh interpreter importing opentelemetry-proto).
-RECEIVER_START_S = 60.0
+def _arrivals(receiver: Any, tag: str, expected: int, timeout_s: float) -> tuple[int, int | None]:
+    """Wait (bounded) until ``expected`` spans tagged ``tag`` arrived: (received, arrival ns of the last).
 
-
-class BenchReceiver:
-    """An OTLP/HTTP trace receiver on 127.0.0.1, in its own process, that timestamps every request on arrival.
-
-    ``tests/integration/stack.py``'s receiver records spans but not when they
-    arrived; delivery rates need the arrival time of the request that completed
-    a burst.
-
-    It runs in a separate (spawned) process because in production the trace
-    backend (Tempo) is another process: served from the stack phase's process,
-    its HTTP handling and protobuf decoding would compete with the exporters'
-    background threads for the GIL and the CPU, and understate delivery rates.
-
-    Arrival times are ``time.perf_counter_ns()`` in the receiver process; on Linux
-    that is ``CLOCK_MONOTONIC``, one clock for the whole system, so they compare
-    with ``perf_counter_ns()`` taken here. The two processes talk over a pipe;
-    every call is bounded in time, and the receiver process exits as soon as the
-    pipe closes (:meth:`stop`, or this process ending in any way).
+    Arrival times are ``time.perf_counter_ns()`` in the receiver process: on Linux
+    ``CLOCK_MONOTONIC``, one clock for the whole system, so they compare with this process's.
     """
-
-    def __init__(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._conn, child_conn = context.Pipe()
-        self._process = context.Process(target=serve_receiver, args=(child_conn,), name="bench-receiver", daemon=True)
-        self._process.start()
-        child_conn.close()  # so that this end sees EOF if the receiver process dies
-        try:
-            self.port: int = self._reply(RECEIVER_START_S)
-        except BaseException:
-            self.stop()
-            raise
-
-    def wait(self, tag: str, expected: int, timeout_s: float) -> tuple[int, int | None]:
-        """Wait (bounded) until ``expected`` spans tagged ``tag`` arrived: (received, arrival ns of the last)."""
-        self._conn.send(("wait", tag, expected, timeout_s))
-        received, last = self._reply(timeout_s + RECEIVER_REPLY_S)
-        return int(received), last
-
-    @property
-    def requests(self) -> int:
-        """POST /v1/traces requests received so far."""
-        return self._totals()[0]
-
-    @property
-    def untagged(self) -> int:
-        """Spans received so far without a ``bench_tag`` attribute."""
-        return self._totals()[1]
-
-    def stop(self) -> None:
-        """Close the pipe (the receiver process then exits); kill it if it has not within a bound."""
-        self._conn.close()
-        self._process.join(RECEIVER_REPLY_S)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(RECEIVER_REPLY_S)
-
-    def _totals(self) -> tuple[int, int]:
-        self._conn.send(("totals",))
-        requests, untagged = self._reply(RECEIVER_REPLY_S)
-        return int(requests), int(untagged)
-
-    def _reply(self, timeout_s: float) -> Any:
-        if not self._conn.poll(timeout_s):
-            raise TimeoutError(f"the bench receiver process did not answer within {timeout_s:.0f} s")
-        try:
-            return self._conn.recv()
-        except EOFError:
-            raise RuntimeError("the bench receiver process exited") from None
-
-
-def serve_receiver(conn: Connection) -> None:
-    """:class:`BenchReceiver`'s process: serve OTLP/HTTP on 127.0.0.1, answer queries on ``conn`` until it closes.
-
-    Sends the port once listening, then answers ``("wait", tag, expected, timeout_s)``
-    with ``(received, arrival ns of the last)`` and ``("totals",)`` with
-    ``(requests, untagged spans)``. Bodies are decoded on arrival (after the
-    timestamp, before the reply, as a real receiver does); one that does not
-    decode gets a 400 and counts for nothing.
-    """
-    import gzip
-    import threading
-    import zlib
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    changed = threading.Condition()
-    counts: dict[str, int] = {}
-    last_arrival: dict[str, int] = {}
-    totals = {"requests": 0, "untagged": 0}
-
-    def span_tags(body: bytes, encoding: str) -> list[str | None]:
-        encoding = encoding.strip().lower()
-        if encoding == "gzip":
-            body = gzip.decompress(body)
-        elif encoding == "deflate":
-            body = zlib.decompress(body)
-        tags: list[str | None] = []
-        for resource_spans in ExportTraceServiceRequest.FromString(body).resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    tags.append(
-                        next((item.value.string_value for item in span.attributes if item.key == "bench_tag"), None)
-                    )
-        return tags
-
-    def record(arrived: int, tags: list[str | None]) -> None:
-        with changed:
-            totals["requests"] += 1
-            for tag in tags:
-                if tag is None:
-                    totals["untagged"] += 1
-                else:
-                    counts[tag] = counts.get(tag, 0) + 1
-                    last_arrival[tag] = max(arrived, last_arrival.get(tag, arrived))
-            changed.notify_all()
-
-    def answer(request: tuple[Any, ...]) -> tuple[Any, ...]:
-        with changed:
-            if request[0] == "totals":
-                return totals["requests"], totals["untagged"]
-            _, tag, expected, timeout_s = request
-            changed.wait_for(lambda: counts.get(tag, 0) >= expected, timeout_s)
-            return counts.get(tag, 0), last_arrival.get(tag)
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            arrived = pc()
-            status = 404
-            if self.path.split("?")[0] == "/v1/traces":
-                try:
-                    tags = span_tags(body, self.headers.get("Content-Encoding", ""))
-                except (DecodeError, OSError, EOFError, zlib.error):
-                    status = 400
-                else:
-                    record(arrived, tags)
-                    status = 200
-            self.send_response(status)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        allow_reuse_address = True
-
-    server = Server(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-    try:
-        conn.send(int(server.server_address[1]))
-        while True:
-            try:
-                request = conn.recv()
-            except EOFError:
-                return
-            conn.send(answer(request))
-    finally:
-        server.shutdown()
-        server.server_close()
+    arrived = receiver.wait_arrivals(expected, timeout_s, attribute=("bench_tag", tag))
+    return arrived.count, arrived.last_received_ns
 
 
 def phase_stack(settings: Settings) -> dict[str, Any]:
     """d and e against Ray on loopback + RL-Insight's discovery server + an OTLP receiver."""
     stack = _import_stack()
+    from otlp_receiver import OtlpReceiverProcess  # tests/otlp_receiver.py, on the path since _import_stack
+
     os.environ.update(stack.RAY_LOOPBACK_ENV)  # read by ray when first imported
     os.environ.update({"NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"})
     started = time.monotonic()
     timings: dict[str, float] = {}
-    receiver = BenchReceiver()
+    # In a process of its own, as Tempo is: served from this process, its HTTP handling and decoding
+    # would compete with the exporters' threads for the GIL and the CPU, and understate delivery rates.
+    receiver = OtlpReceiverProcess()
     server = stack.DiscoveryServer(otlp_port=receiver.port)
     bridges: dict[str, Any] = {}
     try:
@@ -664,7 +504,7 @@ def phase_stack(settings: Settings) -> dict[str, Any]:
 def _run_stack(
     settings: Settings,
     stack: Any,
-    receiver: BenchReceiver,
+    receiver: Any,
     server: Any,
     ray_info: Any,
     bridges: dict[str, Any],
@@ -731,7 +571,7 @@ def _run_stack(
     deliveries: dict[str, list[dict[str, Any]]] = {v.key: [] for v in variants}
 
     def after_block(variant: Variant, tag: str, spans: int) -> None:
-        got, _ = receiver.wait(tag, spans, settings.delivery_timeout_s)
+        got, _ = _arrivals(receiver, tag, spans, settings.delivery_timeout_s)
         deliveries[variant.key].append({"tag": tag, "spans": spans, "received": got})
 
     # 1. Light load: short blocks (fewer spans than an export batch), each flushed and
@@ -761,7 +601,7 @@ def _run_stack(
             t0 = pc()
             variant.block(settings.rate_spans, out, tag)
             produced = pc()
-            got, last = receiver.wait(tag, settings.rate_spans, settings.delivery_timeout_s)
+            got, last = _arrivals(receiver, tag, settings.rate_spans, settings.delivery_timeout_s)
             cpu = time.process_time_ns() - cpu0
             variant.settle()
             variant.samples.extend(out)
@@ -811,7 +651,7 @@ def _run_stack(
     return {
         "variants": results,
         "paired_round_ratios": paired,
-        "receiver": {"requests": receiver.requests, "untagged_spans": receiver.untagged},
+        "receiver": {"requests": receiver.request_count, "untagged_spans": receiver.count_without("bench_tag")},
         "hub_env": hub_env,
         "versions": {"ray": ray.__version__, "rl_insight": getattr(rl_insight, "__version__", None)},
         "timings_s": timings,
@@ -820,7 +660,7 @@ def _run_stack(
 
 
 def _export_capacity(
-    settings: Settings, receiver: BenchReceiver, base: dict[str, Any], keys: list[str]
+    settings: Settings, receiver: Any, base: dict[str, Any], keys: list[str]
 ) -> dict[str, dict[str, Any]]:
     """Spans per second each bridge variant's exporter delivers when nothing else competes.
 
@@ -852,7 +692,7 @@ def _export_capacity(
         for key, exporter in exporters.items():  # discovery, rl_insight.init: before timing
             warm = spans(f"capacity-warm-{key}")[:1]
             exporter.export(warm)
-            receiver.wait(f"capacity-warm-{key}", 1, settings.delivery_timeout_s)
+            _arrivals(receiver, f"capacity-warm-{key}", 1, settings.delivery_timeout_s)
         for number in range(settings.capacity_rounds):
             for key in keys[number % len(keys) :] + keys[: number % len(keys)]:
                 tag = f"capacity-{key}-{number}"
@@ -861,7 +701,7 @@ def _export_capacity(
                 t0 = pc()
                 for i in range(0, len(ready), batch):
                     exporters[key].export(ready[i : i + batch])
-                got, last = receiver.wait(tag, len(ready), settings.delivery_timeout_s)
+                got, last = _arrivals(receiver, tag, len(ready), settings.delivery_timeout_s)
                 seconds = ((last if last is not None else pc()) - t0) / 1e9
                 rate = round(got / seconds, 1)
                 rounds[key].append({"spans": len(ready), "received": got, "lost": len(ready) - got, "rate_per_s": rate})
@@ -1001,20 +841,7 @@ def run_phase_subprocess(phase: str, args: argparse.Namespace, timeout_s: float)
     with tempfile.TemporaryDirectory(prefix="vob-bench-") as tmp:
         out = Path(tmp) / f"{phase}.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", phase, "--phase-out", str(out)]
-        if args.smoke:
-            cmd.append("--smoke")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_BRIDGE_"))}
-        env.pop("RL_INSIGHT_SERVER_URL", None)
-        env.pop("VERL_RL_INSIGHT_ENABLE", None)
-        try:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL, check=False
-            )
-        except subprocess.TimeoutExpired as exc:
-            return {"error": f"phase {phase} timed out after {timeout_s:.0f} s", "stderr": _tail(exc.stderr)}
-        if proc.returncode != 0 or not out.is_file():
-            return {"error": f"phase {phase} exited {proc.returncode}", "stderr": _tail(proc.stderr)}
-        return json.loads(out.read_text())
+        return _run_for_json([*cmd, *(["--smoke"] if args.smoke else [])], out, timeout_s, f"phase {phase}")
 
 
 def run_noloss(smoke: bool) -> dict[str, Any]:
@@ -1027,28 +854,35 @@ def run_export_cpu(smoke: bool) -> dict[str, Any]:
     return run_script("export_cpu.py", smoke, timeout_s=300 if smoke else 1200)
 
 
+def run_slow_destination(smoke: bool) -> dict[str, Any]:
+    """``bench/slow_destination.py`` (the caller behind a healthy vs a slow OTLP endpoint) in a fresh interpreter."""
+    return run_script("slow_destination.py", smoke, timeout_s=300)
+
+
 def run_script(name: str, smoke: bool, timeout_s: float) -> dict[str, Any]:
-    """``bench/<name> --json OUT [--smoke]`` in a fresh interpreter, no bridge settings in its environment."""
+    """``bench/<name> --json OUT [--smoke]`` in a fresh interpreter."""
     with tempfile.TemporaryDirectory(prefix="vob-bench-") as tmp:
         out = Path(tmp) / "out.json"
         cmd = [sys.executable, str(Path(__file__).resolve().with_name(name)), "--json", str(out)]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_BRIDGE_"))}
-        try:
-            proc = subprocess.run(
-                [*cmd, *(["--smoke"] if smoke else [])],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            return {"error": f"bench/{name} timed out", "stderr": _tail(exc.stderr)}
-        if proc.returncode != 0 or not out.is_file():
-            return {"error": f"bench/{name} exited {proc.returncode}", "stderr": _tail(proc.stderr)}
-        result: dict[str, Any] = json.loads(out.read_text())
-        return result
+        return _run_for_json([*cmd, *(["--smoke"] if smoke else [])], out, timeout_s, f"bench/{name}")
+
+
+def _run_for_json(cmd: list[str], out: Path, timeout_s: float, what: str) -> dict[str, Any]:
+    """Run ``cmd`` (bounded) with no bridge, OpenTelemetry or RL-Insight setting in its environment; the JSON
+    it wrote to ``out``, or the error and the tail of its stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_BRIDGE_"))}
+    env.pop("RL_INSIGHT_SERVER_URL", None)
+    env.pop("VERL_RL_INSIGHT_ENABLE", None)
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        return {"error": f"{what} timed out after {timeout_s:.0f} s", "stderr": _tail(exc.stderr)}
+    if proc.returncode != 0 or not out.is_file():
+        return {"error": f"{what} exited {proc.returncode}", "stderr": _tail(proc.stderr)}
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
 
 
 def _tail(text: Any, lines: int = 25) -> str:
@@ -1146,6 +980,8 @@ def main(argv: list[str] | None = None) -> int:
         "whole-process CPU per span by exporter (bench/export_cpu.py) in a subprocess ...", file=sys.stderr, flush=True
     )
     results["export_cpu"] = run_export_cpu(args.smoke)
+    print("the caller behind a slow destination (bench/slow_destination.py) in a subprocess ...", file=sys.stderr)
+    results["slow_destination"] = run_slow_destination(args.smoke)
 
     results["meta"]["machine"]["load_average_end"] = list(os.getloadavg())
     results["meta"]["seconds"] = round(time.monotonic() - began, 1)

@@ -29,7 +29,7 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))  # stack: free_port, wait_until
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # chromium
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # chromium, otlp_receiver
 
 import chromium
 import simulated

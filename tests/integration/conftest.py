@@ -29,8 +29,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import stack`, any import mode
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `import otlp_receiver`
 
 import stack
+from otlp_receiver import OtlpReceiver
 
 CASE_ENV = "RL_INSIGHT_TEST_CASE"
 CASES = ("none", "0.1.0", "0.2.0", "0.3.0")
@@ -111,21 +113,21 @@ def run_tag() -> str:
 
 
 @pytest.fixture(scope="session")
-def otlp_receiver() -> Iterator[stack.OtlpReceiver]:
+def otlp_receiver() -> Iterator[OtlpReceiver]:
     """The OTLP/HTTP receiver the session's discovery server advertises."""
-    with stack.OtlpReceiver() as receiver:
+    with OtlpReceiver() as receiver:
         yield receiver
 
 
 @pytest.fixture
-def fresh_otlp_receiver() -> Iterator[stack.OtlpReceiver]:
+def fresh_otlp_receiver() -> Iterator[OtlpReceiver]:
     """A receiver of this test's own, for an exporter the test configures (not the hub)."""
-    with stack.OtlpReceiver() as receiver:
+    with OtlpReceiver() as receiver:
         yield receiver
 
 
 @pytest.fixture(scope="session")
-def rl_insight_server(otlp_receiver: stack.OtlpReceiver) -> Iterator[stack.DiscoveryServer]:
+def rl_insight_server(otlp_receiver: OtlpReceiver) -> Iterator[stack.DiscoveryServer]:
     """RL-Insight's discovery server, with ``RL_INSIGHT_SERVER_URL`` set to it."""
     with stack.DiscoveryServer(otlp_port=otlp_receiver.port) as server, pytest.MonkeyPatch.context() as patch:
         patch.setenv("RL_INSIGHT_SERVER_URL", server.url)
@@ -143,7 +145,7 @@ def ray_local() -> Iterator[stack.RayLoopback]:
 def rl_insight_hub(
     rl_insight_server: stack.DiscoveryServer,
     ray_local: stack.RayLoopback,
-    otlp_receiver: stack.OtlpReceiver,
+    otlp_receiver: OtlpReceiver,
 ) -> Iterator[stack.RlInsightHub]:
     """Call ``rl_insight.init`` once for the session and wait until its hub serves.
 

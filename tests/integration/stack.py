@@ -2,8 +2,7 @@
 
 Pieces (all bound to 127.0.0.1, all stoppable, all waits bounded):
 
-* :class:`OtlpReceiver`: stands in for Tempo; an OTLP/HTTP ``/v1/traces``
-  endpoint that records every span it receives.
+* ``otlp_receiver.OtlpReceiver`` (tests/otlp_receiver.py) stands in for Tempo.
 * :class:`DiscoveryServer`: RL-Insight's own discovery API
   (``rl_insight.server.http_api``) in a subprocess, advertising the receiver.
 * :func:`ray_loopback`: a local Ray cluster pinned to loopback, in which
@@ -29,14 +28,13 @@ import threading
 import time
 import urllib.request
 import weakref
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from otlp_spans import ReceivedSpan, decode_export_request
+from otlp_receiver import OtlpReceiver
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -145,211 +143,6 @@ def listening_addresses(port: int) -> set[str]:
                 words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
                 found.add(socket.inet_ntop(socket.AF_INET6, words))
     return found
-
-
-# --------------------------------------------------------------------------- OTLP
-
-
-class _OtlpHandler(BaseHTTPRequestHandler):
-    """Accepts ``POST /v1/traces``; stores the raw body, decoding happens later."""
-
-    protocol_version = "HTTP/1.1"  # keep-alive, as the OTLP exporter expects
-    server: _OtlpHttpServer
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
-        received_ns = time.perf_counter_ns()
-        receiver = self.server.receiver
-        if self.path.split("?")[0] != "/v1/traces":
-            self._reply(404, b"")
-            return
-        status = receiver.reply_status
-        receiver._accept(body, self.headers.get("Content-Encoding", ""), received_ns, status == 200)
-        self._reply(status, _EMPTY_RESPONSE if status == 200 else b"")
-
-    def _reply(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        _log.debug("otlp receiver: " + format, *args)
-
-
-_EMPTY_RESPONSE = b""  # an empty ExportTraceServiceResponse serialises to b""
-
-
-class _OtlpHttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], receiver: OtlpReceiver) -> None:
-        super().__init__(address, _OtlpHandler)
-        self.receiver = receiver
-
-
-SpanPredicate = Callable[[list[ReceivedSpan]], Any]
-
-
-class _ServedInThread:
-    """Stop/``with`` support for a loopback HTTP server run by ``self._thread``."""
-
-    _server: ThreadingHTTPServer
-    _thread: threading.Thread
-
-    def stop(self) -> None:
-        """Stop serving and close the socket (idempotent)."""
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class OtlpReceiver(_ServedInThread):
-    """A threaded OTLP/HTTP trace receiver on 127.0.0.1 (a stand-in for Tempo).
-
-    The request handler only stores the raw body and answers 200 with an empty
-    ``ExportTraceServiceResponse``; bodies are decoded when :attr:`spans` is
-    read, so the server keeps up with tens of thousands of spans per second.
-    Set :attr:`reply_status` (e.g. to 503) to simulate a failing backend: such
-    requests are answered with that status and not recorded.
-
-    Use as a context manager, or call :meth:`stop`.
-    """
-
-    def __init__(self, port: int = 0) -> None:
-        """Bind 127.0.0.1:``port`` (0 = any free port) and start serving."""
-        self.reply_status = 200
-        self._lock = threading.Lock()  # guards _pending and _requests
-        self._decoded_lock = threading.RLock()  # guards _spans and _errors
-        self._pending: list[tuple[bytes, str, int]] = []
-        self._spans: list[ReceivedSpan] = []
-        self._requests = 0
-        self._rejected = 0
-        self._errors: list[str] = []
-        self._server = _OtlpHttpServer((LOOPBACK, port), self)
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            name=f"otlp-receiver-{self.port}",
-            daemon=True,
-        )
-        self._thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        """The OTLP/HTTP traces URL of this receiver."""
-        return f"http://{LOOPBACK}:{self.port}/v1/traces"
-
-    def _accept(self, body: bytes, encoding: str, received_ns: int, keep: bool) -> None:
-        with self._lock:
-            if keep:
-                self._pending.append((body, encoding, received_ns))
-                self._requests += 1
-            else:
-                self._rejected += 1
-
-    def _drain(self) -> None:
-        """Decode bodies received since the last call, outside the handler's lock."""
-        with self._decoded_lock:
-            with self._lock:
-                pending, self._pending = self._pending, []
-            for body, encoding, received_ns in pending:
-                try:
-                    self._spans.extend(decode_export_request(body, encoding, received_ns))
-                except Exception as exc:  # noqa: BLE001 - reported by wait_for
-                    self._errors.append(f"{type(exc).__name__}: {exc}")
-
-    @property
-    def spans(self) -> list[ReceivedSpan]:
-        """A snapshot of every span received so far, in arrival order."""
-        with self._decoded_lock:
-            self._drain()
-            return list(self._spans)
-
-    @property
-    def request_count(self) -> int:
-        """How many export requests were accepted (answered 200)."""
-        with self._lock:
-            return self._requests
-
-    @property
-    def rejected_count(self) -> int:
-        """How many export requests were answered with a non-200 :attr:`reply_status`."""
-        with self._lock:
-            return self._rejected
-
-    @property
-    def decode_errors(self) -> list[str]:
-        """Bodies that could not be decoded, as ``"Type: message"`` strings."""
-        with self._decoded_lock:
-            self._drain()
-            return list(self._errors)
-
-    def clear(self) -> None:
-        """Forget every span (and decode error) received so far."""
-        with self._decoded_lock, self._lock:
-            self._pending.clear()
-            self._spans.clear()
-            self._errors.clear()
-
-    def wait_for(
-        self,
-        expected: int | SpanPredicate,
-        timeout_s: float = 15.0,
-        *,
-        where: Callable[[ReceivedSpan], bool] | None = None,
-    ) -> list[ReceivedSpan]:
-        """Wait until enough spans arrived, and return them.
-
-        Args:
-            expected: a span count (wait for at least that many) or a predicate
-                called with the span list, truthy when done.
-            timeout_s: bound on the wait; then ``AssertionError`` is raised with
-                what did arrive.
-            where: optional filter applied first; only matching spans are
-                counted, passed to the predicate and returned.
-        """
-        done: SpanPredicate
-        if isinstance(expected, int):
-            count = expected
-
-            def done(spans: list[ReceivedSpan]) -> bool:
-                return len(spans) >= count
-
-            wanted = f"{count} spans"
-        else:
-            done = expected
-            wanted = getattr(expected, "__name__", "predicate")
-
-        def selected() -> list[ReceivedSpan]:
-            spans = self.spans
-            return [s for s in spans if where(s)] if where is not None else spans
-
-        def check() -> list[ReceivedSpan] | None:
-            spans = selected()
-            return spans if done(spans) else None
-
-        def describe() -> str:
-            spans, everything = selected(), self.spans
-            names = Counter(s.name for s in everything).most_common(8)
-            return (
-                f"waiting for {wanted}; {len(spans)} matching of {len(everything)} "
-                f"received in {self.request_count} requests; top names {names}; "
-                f"decode errors {self.decode_errors[:3]}"
-            )
-
-        return wait_until(check, timeout_s, interval_s=0.05, message=describe)
 
 
 # ---------------------------------------------------------------- discovery server
@@ -626,7 +419,6 @@ def run_python(
 
 
 # ------------------------------------------------- child processes and fakes
-# (added for test_forwarding / test_old_releases / test_verl_facade / ...)
 
 CHILD_RELEASE_ENV = "STACK_CHILD_RELEASE_FILE"
 """Names the file whose appearance lets a :class:`PythonChild` exit (not a bridge variable)."""
@@ -745,7 +537,7 @@ class PythonChild:
         self.close()
 
 
-class FakeDiscovery(_ServedInThread):
+class FakeDiscovery:
     """A stand-in for RL-Insight's discovery API that counts every request it gets.
 
     For environments where RL-Insight's own server cannot run (none, 0.1.0), to
@@ -800,6 +592,19 @@ class FakeDiscovery(_ServedInThread):
         with self._lock:
             return list(self._requests)
 
+    def stop(self) -> None:
+        """Stop serving and close the socket (idempotent)."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 def bridge_copy_exporter(bridge: Any, name: str = "memory") -> Any:
     """The exporter that receives *copies* in a bridge configured with ``exporter=[primary, name]``.
@@ -844,39 +649,6 @@ def count_metric(text: str, name: str, **labels: str) -> list[tuple[dict[str, st
         if all(got.get(key) == value for key, value in labels.items()):
             found.append((got, float(match.group(2))))
     return found
-
-
-# ------------------------------------------------ a receiver that really goes away
-# (added for test_transport / test_faults_rl_insight)
-
-
-class StoppableOtlpReceiver(OtlpReceiver):
-    """An :class:`OtlpReceiver` whose :meth:`stop` also cuts established connections.
-
-    ``OtlpReceiver.stop`` stops accepting, but a client's keep-alive connection
-    (the OTLP exporter keeps one) is served by its own handler thread and would
-    go on being answered. A backend that goes down cuts those too; this does,
-    so the next export sees a reset and then a refused connection. Start a new
-    one on the same ``port`` to bring the backend back.
-    """
-
-    def __init__(self, port: int = 0) -> None:
-        super().__init__(port)
-        self._connections: weakref.WeakSet[socket.socket] = weakref.WeakSet()
-        accept = self._server.process_request
-
-        def tracking(request: Any, client_address: Any) -> None:
-            self._connections.add(request)
-            accept(request, client_address)
-
-        self._server.process_request = tracking  # type: ignore[method-assign]
-
-    def stop(self) -> None:
-        """Stop accepting and cut every open connection (idempotent)."""
-        super().stop()
-        for connection in list(self._connections):
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
 
 
 def drain(bridge: Any, receiver: OtlpReceiver, timeout_s: float = 60.0) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import stack
+from otlp_receiver import ReceivedSpan, as_received
 from stack import RlInsightHub, bridge_copy_exporter, count_metric, drain, hex_ids
 
 import verl_otel_bridge as vob
@@ -158,18 +159,7 @@ def simulate(experiment: str) -> LoopRecord:
 # --------------------------------------------------------------------------- the dashboard's queries
 
 
-@dataclass(frozen=True)
-class Seen:
-    """A span as the dashboard sees it (received over OTLP, or read from the fallback)."""
-
-    name: str
-    attributes: dict[str, Any]
-    start: int
-    end: int
-    service: str | None
-
-
-def _in_scope(span: Seen, experiment: str) -> bool:
+def _in_scope(span: ReceivedSpan, experiment: str) -> bool:
     """Every panel's common filter: lane id pattern, experiment, project, numeric global_steps."""
     a = span.attributes
     lane = LANE.fullmatch(str(a.get("state_lane_id", "")))
@@ -185,7 +175,9 @@ def _in_scope(span: Seen, experiment: str) -> bool:
     )
 
 
-def turn_details(spans: Iterable[Seen], experiment: str, *, service: str | None = SERVICE) -> list[Seen]:
+def turn_details(
+    spans: Iterable[ReceivedSpan], experiment: str, *, service: str | None = SERVICE
+) -> list[ReceivedSpan]:
     """``span.turn >= 0 && resource.service.name = "rl_insight_monitor"`` (numeric ``turn``)."""
     return [
         s
@@ -193,16 +185,16 @@ def turn_details(spans: Iterable[Seen], experiment: str, *, service: str | None 
         if _in_scope(s, experiment)
         and type(s.attributes.get("turn")) is int
         and s.attributes["turn"] >= 0
-        and (service is None or s.service == service)
+        and (service is None or s.resource.get("service.name") == service)
     ]
 
 
-def by_trace_source(spans: Iterable[Seen], experiment: str, source: str) -> list[Seen]:
+def by_trace_source(spans: Iterable[ReceivedSpan], experiment: str, source: str) -> list[ReceivedSpan]:
     """``span.monitor.trace_source = "task"`` / ``"session"``."""
     return [s for s in spans if _in_scope(s, experiment) and s.attributes.get("monitor.trace_source") == source]
 
 
-def check_queries(spans: list[Seen], experiment: str, record: LoopRecord, *, service: str | None) -> None:
+def check_queries(spans: list[ReceivedSpan], experiment: str, record: LoopRecord, *, service: str | None) -> None:
     """Every query of the dashboard's table selects what the loop made, with every attribute it shows."""
     mine = [s for s in spans if s.attributes.get("experiment_name") == experiment]
     for span in mine:  # identity keys present on everything the loop made
@@ -212,7 +204,7 @@ def check_queries(spans: list[Seen], experiment: str, record: LoopRecord, *, ser
         lane = LANE.fullmatch(span.attributes["state_lane_id"])
         assert (lane["s"], lane["n"], lane["t"]) == tuple(span.attributes[k] for k in ("sample", "session", "traj"))
         if service is not None:
-            assert span.service == service
+            assert span.resource.get("service.name") == service
 
     turns = turn_details(mine, experiment, service=service)
     assert len(turns) == record.turns and all(s.name == "agent_turn" for s in turns)
@@ -254,7 +246,7 @@ def check_queries(spans: list[Seen], experiment: str, record: LoopRecord, *, ser
         assert span.attributes["finished"] is True
 
 
-def _assert_fields(span: Seen, names: Iterable[str]) -> None:
+def _assert_fields(span: ReceivedSpan, names: Iterable[str]) -> None:
     for name in names:
         assert name in span.attributes, (span.name, name, sorted(span.attributes))
         value = span.attributes[name]
@@ -301,10 +293,7 @@ def test_agent_loop_satisfies_every_dashboard_query(
     assert status["counters"]["exported"] == {exported_by: len(had) + 1}  # + the drain span
     assert status["counters"]["session_gauges_published"] == len(record.sessions)
 
-    seen = [
-        Seen(s.name, s.attributes, s.start_time_ns, s.end_time_ns, s.resource.get("service.name")) for s in received
-    ]
-    check_queries(seen, experiment, record, service=SERVICE)
+    check_queries(received, experiment, record, service=SERVICE)
 
     # the bridge's ids, and its real times (not export time), on every span
     arrived = {s.attributes["otel.span_id"]: s for s in received}
@@ -415,17 +404,7 @@ def test_same_agent_loop_runs_unchanged_on_the_fallback(
     expected_reason = {"none": "not_installed", "0.1.0": "import_failed", "0.2.0": "no_version"}[rl_insight_case]
     assert (status["exporter"], status["reason"]) == ("memory (fallback)", expected_reason)
     spans = list(bridge.memory_exporter.get_finished_spans())
-    seen = [
-        Seen(
-            s.name,
-            {k: (list(v) if isinstance(v, tuple) else v) for k, v in s.attributes.items()},
-            s.start_time,
-            s.end_time,
-            None,
-        )
-        for s in spans
-    ]
-    check_queries(seen, experiment, record, service=None)
+    check_queries([as_received(s) for s in spans], experiment, record, service=None)
     assert status["counters"]["fallback"] == len(spans)
     assert "session_gauges_published" not in status["counters"]
     assert json.loads(next(s for s in spans if s.name == "agent_session").attributes["monitor.trajectories"])

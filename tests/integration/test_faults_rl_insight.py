@@ -28,10 +28,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from otlp_receiver import ReceivedSpan
 from stack import (
     DiscoveryServer,
     PythonChild,
-    ReceivedSpan,
     RlInsightHub,
     free_port,
     run_python,

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 import stack
-from stack import FakeDiscovery, OtlpReceiver, PythonChild
+from otlp_receiver import OtlpReceiver
+from stack import FakeDiscovery, PythonChild
 
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal.accounting import balance

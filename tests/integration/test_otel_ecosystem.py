@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 import stack
-from stack import OtlpReceiver, PythonChild, ReceivedSpan, RlInsightHub, bridge_copy_exporter, drain
+from otlp_receiver import OtlpReceiver, ReceivedSpan
+from stack import PythonChild, RlInsightHub, bridge_copy_exporter, drain
 
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal.accounting import balance
@@ -81,9 +82,9 @@ def test_otlp_exporter_delivers_every_span_with_identity_parents_and_resource(
     }
     if endpoint_from == "otlp_endpoint":
         monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
-        settings["otlp_endpoint"] = fresh_otlp_receiver.endpoint
+        settings["otlp_endpoint"] = fresh_otlp_receiver.url
     else:  # read by OpenTelemetry's exporter itself
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", fresh_otlp_receiver.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", fresh_otlp_receiver.url)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     bridge = make_bridge(**settings)
     agent_loop(bridge, run_tag)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -31,7 +30,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from stack import DiscoveryServer, OtlpReceiver, ReceivedSpan, RlInsightHub, StoppableOtlpReceiver, wait_until
+from otlp_receiver import OtlpReceiver, ReceivedSpan
+from stack import DiscoveryServer, RlInsightHub, wait_until
+from threads import burst
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal.accounting import balance
@@ -308,7 +309,7 @@ def test_auto_uses_otlp_when_the_server_advertises_a_port(rl_insight_hub: RlInsi
         assert run.bridge.force_flush(30)
         status = run.bridge.status()
     assert status["rl_insight_transport"] == "otlp", status
-    assert status["otlp_endpoint"] == rl_insight_hub.receiver.endpoint
+    assert status["otlp_endpoint"] == rl_insight_hub.receiver.url
     assert status["otlp_error"] is None, status
     counters = status["counters"]
     assert counters["exported"] == {"rl_insight_otlp": counters["ended"]} and balance(counters) == 0, counters
@@ -360,7 +361,7 @@ def test_endpoint_failure_mid_run_loses_nothing_and_duplicates_nothing(
 ) -> None:
     # The bridge's direct path gets a receiver (and discovery server) of its own, so
     # the outage hits only that path; the hub keeps exporting to the session receiver.
-    direct = StoppableOtlpReceiver()
+    direct = OtlpReceiver()
     receivers: list[OtlpReceiver] = [direct]
     try:
         with (
@@ -371,7 +372,7 @@ def test_endpoint_failure_mid_run_loses_nothing_and_duplicates_nothing(
             _emit_until(run, "before", lambda: bridge.status()["rl_insight_transport"] == "otlp", 30)
             # Outage: answer 503, or the backend gone (connections cut, then refused).
             if outage == "503":
-                direct.reply_status = 503
+                direct.status = 503
             else:
                 direct.stop()
             _emit_until(
@@ -386,9 +387,9 @@ def test_endpoint_failure_mid_run_loses_nothing_and_duplicates_nothing(
             assert during["counters"]["otlp_failed_batches"] >= 1, during
             # Recovery: the endpoint is retried with backoff and the direct path resumes.
             if outage == "503":
-                direct.reply_status = 200
+                direct.status = 200
             else:
-                direct = StoppableOtlpReceiver(port=direct.port)
+                direct = OtlpReceiver(port=direct.port)
                 receivers.append(direct)
             _emit_until(run, "after", lambda: bridge.status()["rl_insight_transport"] == "otlp", 60)
             with bridge.span("fault.last", phase="after", i=-1):
@@ -531,20 +532,7 @@ def test_a_burst_of_20000_spans_from_8_threads_reaches_rl_insight_whole_at_defau
         with bridge.span("warm-up"):  # discovery and init on the export thread, before the burst
             pass
         assert bridge.force_flush(30)
-        start = threading.Barrier(BURST_THREADS)
-        per_thread = BURST_SPANS // BURST_THREADS
-
-        def work(thread: int) -> None:
-            start.wait(30)
-            for i in range(per_thread):
-                with bridge.span("burst", n=thread * per_thread + i, tag=run_tag):
-                    pass
-
-        workers = [threading.Thread(target=work, args=(t,)) for t in range(BURST_THREADS)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join(60)
+        burst(bridge, BURST_SPANS, BURST_THREADS, tag=run_tag)
         assert bridge.force_flush(120)
         wait_until(lambda: bridge.status()["spill"]["backlog"] == 0, timeout_s=DELIVERY_TIMEOUT_S)
         assert bridge.force_flush(120)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.server
 import os
 import sys
 import threading
@@ -13,8 +12,10 @@ from typing import Any
 import pytest
 
 sys.path.insert(
-    0, str(Path(__file__).resolve().parents[1] / "integration")
-)  # `import otlp_spans`, shared with integration and bench
+    0, str(Path(__file__).resolve().parents[1])
+)  # `import otlp_receiver`, shared with every suite and bench
+
+from otlp_receiver import OtlpReceiver
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge, BridgeConfig
@@ -66,18 +67,22 @@ def make_bridge() -> Iterator[Callable[..., Bridge]]:
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[[Any], Any]]:
-    """``serve(server)``: run a loopback HTTP server (e.g. ``OtlpSink()``) for the test; stopped after."""
-    started: list[tuple[http.server.ThreadingHTTPServer, threading.Thread]] = []
+def gate() -> Iterator[threading.Event]:
+    """An event hung exporters and fakes wait on; opened at teardown, before ``make_bridge`` shuts bridges down."""
+    event = threading.Event()
+    yield event
+    event.set()
 
-    def start(server: http.server.ThreadingHTTPServer) -> Any:
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        thread.start()
-        started.append((server, thread))
-        return server
+
+@pytest.fixture
+def start_receiver() -> Iterator[Callable[..., OtlpReceiver]]:
+    """``start_receiver(**options)``: a loopback :class:`OtlpReceiver` with those options, stopped after the test."""
+    started: list[OtlpReceiver] = []
+
+    def start(**options: Any) -> OtlpReceiver:
+        started.append(OtlpReceiver(**options))
+        return started[-1]
 
     yield start
-    for server, thread in started:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    for receiver in started:
+        receiver.stop()

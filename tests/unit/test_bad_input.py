@@ -174,6 +174,15 @@ def assert_exact_types(got: dict[str, Any], expected: dict[str, Any]) -> None:
         assert type(got[key]) is type(value), (key, got[key], value)
 
 
+def assert_converted(
+    bridge: Bridge, logs: pytest.LogCaptureFixture, got: dict[str, Any], expected: dict[str, Any], level: int
+) -> None:
+    """``got`` is ``expected`` (types too); each key was converted on every span and logged once, at ``level``."""
+    assert_exact_types(got, expected)
+    assert_logged_once_per_key(logs, list(expected), level)
+    assert counters(bridge)["converted"] == len(expected) * REPEAT
+
+
 # -- the table, row by row ---------------------------------------------------------
 
 
@@ -187,17 +196,13 @@ def test_mapping_becomes_a_json_string(bridge: Bridge, logs: pytest.LogCaptureFi
             "tuple_keys": {("a", 1): 1, 2: "two"},
         },
     )
-    assert_exact_types(
-        got,
-        {
-            "plain_dict": '{"b": 1, "a": [1, "x"], "n": null}',
-            "proxy": '{"k": 1}',
-            "config_like": '{"lr": 0.1, "nested": {"x": true}}',
-            "tuple_keys": '{"(\'a\', 1)": 1, "2": "two"}',
-        },
-    )
-    assert_logged_once_per_key(logs, ["plain_dict", "proxy", "config_like", "tuple_keys"], logging.INFO)
-    assert counters(bridge)["converted"] == 4 * REPEAT
+    expected = {
+        "plain_dict": '{"b": 1, "a": [1, "x"], "n": null}',
+        "proxy": '{"k": 1}',
+        "config_like": '{"lr": 0.1, "nested": {"x": true}}',
+        "tuple_keys": '{"(\'a\', 1)": 1, "2": "two"}',
+    }
+    assert_converted(bridge, logs, got, expected, logging.INFO)
 
 
 def test_list_or_tuple_of_one_primitive_type_is_kept_as_an_array(
@@ -225,20 +230,14 @@ def test_mixed_list_tuple_or_set_becomes_a_json_string(bridge: Bridge, logs: pyt
             "a_frozenset": frozenset({2, 1}),
         },
     )
-    assert_exact_types(
-        got,
-        {
-            "mixed_list": '[1, "a", null]',
-            "mixed_tuple": '[1, "a"]',
-            "bool_and_int": "[true, 1]",
-            "a_set": '["a", "b"]',
-            "a_frozenset": "[1, 2]",
-        },
-    )
-    assert_logged_once_per_key(
-        logs, ["mixed_list", "mixed_tuple", "bool_and_int", "a_set", "a_frozenset"], logging.WARNING
-    )
-    assert counters(bridge)["converted"] == 5 * REPEAT
+    expected = {
+        "mixed_list": '[1, "a", null]',
+        "mixed_tuple": '[1, "a"]',
+        "bool_and_int": "[true, 1]",
+        "a_set": '["a", "b"]',
+        "a_frozenset": "[1, 2]",
+    }
+    assert_converted(bridge, logs, got, expected, logging.WARNING)
 
 
 def test_none_leaves_the_key_out(bridge: Bridge, logs: pytest.LogCaptureFixture) -> None:
@@ -257,9 +256,9 @@ def test_bytes_become_utf8_text_with_invalid_bytes_replaced(bridge: Bridge, logs
         bridge,
         {"utf8": "café".encode(), "invalid": b"ok\xff\xfe", "ba": bytearray(b"ab"), "mv": memoryview(b"cd")},
     )
-    assert_exact_types(got, {"utf8": "café", "invalid": "ok\ufffd\ufffd", "ba": "ab", "mv": "cd"})
-    assert_logged_once_per_key(logs, ["utf8", "invalid", "ba", "mv"], logging.INFO)
-    assert counters(bridge)["converted"] == 4 * REPEAT
+    assert_converted(
+        bridge, logs, got, {"utf8": "café", "invalid": "ok\ufffd\ufffd", "ba": "ab", "mv": "cd"}, logging.INFO
+    )
 
 
 def test_numpy_like_scalars_and_item_objects_become_python_scalars(
@@ -274,9 +273,7 @@ def test_numpy_like_scalars_and_item_objects_become_python_scalars(
             "label": FakeNumpyScalar("ok"),
         },
     )
-    assert_exact_types(got, {"reward": 0.5, "tokens": 7, "done": True, "label": "ok"})
-    assert_logged_once_per_key(logs, ["reward", "tokens", "done", "label"], logging.WARNING)
-    assert counters(bridge)["converted"] == 4 * REPEAT
+    assert_converted(bridge, logs, got, {"reward": 0.5, "tokens": 7, "done": True, "label": "ok"}, logging.WARNING)
 
 
 def test_numpy_like_arrays_convert_like_lists(bridge: Bridge, logs: pytest.LogCaptureFixture) -> None:
@@ -333,9 +330,9 @@ def test_object_whose_str_raises_becomes_its_repr_or_unprintable(
     bridge: Bridge, logs: pytest.LogCaptureFixture
 ) -> None:
     got = send(bridge, {"tool": StrRaises(), "weird": NothingPrints()})
-    assert_exact_types(got, {"tool": "<StrRaises repr>", "weird": "<unprintable NothingPrints>"})
-    assert_logged_once_per_key(logs, ["tool", "weird"], logging.WARNING)
-    assert counters(bridge)["converted"] == 2 * REPEAT
+    assert_converted(
+        bridge, logs, got, {"tool": "<StrRaises repr>", "weird": "<unprintable NothingPrints>"}, logging.WARNING
+    )
 
 
 def test_nan_and_infinities_are_kept(bridge: Bridge, logs: pytest.LogCaptureFixture) -> None:

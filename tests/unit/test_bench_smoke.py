@@ -82,8 +82,12 @@ def test_bench_smoke_produces_every_row_it_can(tmp_path: Path) -> None:
     export_cpu = results["export_cpu"]
     assert set(export_cpu) == {"none", "jsonl", "otlp"}, export_cpu
     assert all(row["spans"] > 0 and row["cpu_us_per_span"] > 0 for row in export_cpu.values()), export_cpu
+    slow = results["slow_destination"]
+    assert slow["p50_ratio_slow_over_healthy"] > 0 and slow["p99_ratio_slow_over_healthy"] > 0, slow
+    assert all(c["ended"] > 0 and c["failed"] == 0 for c in slow["counters"].values()), slow
     assert results["targets"] and all(t["met"] is None for t in results["targets"]), "smoke runs assess no target"
 
     markdown = (tmp_path / "performance.md").read_text()
+    assert "### Behind a slow destination" in markdown and "| slow |" in markdown
     for key in ALWAYS:
         assert f"| {key} |" in markdown

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from verl_otel_bridge.cli import app as cli
 from verl_otel_bridge.cli import demo, doctor
 
 from .fake_rl_insight import install_ray, install_rl_insight
+from .helpers import StartReceiver
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,33 +45,10 @@ def run(*args: str) -> Result:
     return CliRunner().invoke(cli.build_cli(), list(args), catch_exceptions=False)
 
 
-# -- a fake RL-Insight server ------------------------------------------------------
-
-
 @pytest.fixture
-def rl_insight_server() -> Iterator[str]:
-    """An RL-Insight-like discovery API on 127.0.0.1: ``GET /api/v1/services``."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path != "/api/v1/services":
-                self.send_error(404)
-                return
-            body = json.dumps({"status": "ok", "otlp_port": 4318, "prometheus_port": 9090, "grafana_port": 3000})
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body.encode())
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def rl_insight_server(start_receiver: StartReceiver) -> str:
+    """An RL-Insight-like discovery API on 127.0.0.1 (``GET /api/v1/services``), advertising its own OTLP port."""
+    return start_receiver().base_url
 
 
 def closed_port() -> int:
@@ -172,11 +148,12 @@ def test_doctor_shows_a_reachable_server_and_its_otlp_port(
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", rl_insight_server)
     result = run("doctor")
     assert f"{rl_insight_server}: reachable" in result.output
-    assert "otlp_port=4318" in result.output
+    port = int(rl_insight_server.rsplit(":", 1)[1])
+    assert f"otlp_port={port}" in result.output
     code, report = doctor_json()
     assert report["server"]["reachable"] is True
-    assert report["server"]["otlp_port"] == 4318
-    assert report["server"]["trace_endpoint"] == "http://127.0.0.1:4318/v1/traces"
+    assert report["server"]["otlp_port"] == port
+    assert report["server"]["trace_endpoint"] == f"{rl_insight_server}/v1/traces"
     # the server answers, but RL-Insight itself is not installed here: under plain auto that is a note
     assert code == 0 and any("not_installed" in note for note in report["notes"])
 

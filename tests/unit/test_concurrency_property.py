@@ -26,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan
+from threads import run_threads
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
@@ -34,7 +35,7 @@ from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge.testing import capture_spans
 
 from .fake_rl_insight import usable_rl_insight
-from .helpers import WAIT_S, identity_of, run_threads
+from .helpers import WAIT_S, identity_of
 
 T0 = 1_700_000_000_000_000_000
 EXPECT = "test.expect_sample"  # what the test itself says the span's session is

@@ -10,12 +10,13 @@ from typing import Any
 
 import opentelemetry.trace
 import pytest
+from threads import run_threads
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import BridgeConfig
 from verl_otel_bridge._internal.config import EXPORTERS, FALLBACKS
 
-from .helpers import WAIT_S, run_threads
+from .helpers import WAIT_S
 
 
 class DictConfigLike(Mapping):

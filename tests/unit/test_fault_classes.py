@@ -27,7 +27,7 @@ from verl_otel_bridge._internal.accounting import balance
 from verl_otel_bridge._internal.config import resolve_leniently
 from verl_otel_bridge._internal.identity import current_identity
 
-from .helpers import WAIT_S, OtlpSink, assert_balanced, finished
+from .helpers import WAIT_S, StartReceiver, assert_balanced, finished
 
 Make = Callable[..., Bridge]
 
@@ -478,8 +478,8 @@ def test_record_span_refuses_a_time_otlp_cannot_carry(make_bridge: Make) -> None
     assert bridge.status()["counters"]["invalid"] == 1 and finished(bridge) == []
 
 
-def test_a_span_the_encoder_cannot_encode_is_left_out_alone(serve: Any, make_bridge: Make) -> None:
-    sink = serve(OtlpSink())
+def test_a_span_the_encoder_cannot_encode_is_left_out_alone(start_receiver: StartReceiver, make_bridge: Make) -> None:
+    sink = start_receiver()
     bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url, max_export_batch_size=512, schedule_delay_ms=60_000)
     tracer = bridge.tracer
     for i in range(511):
@@ -490,17 +490,17 @@ def test_a_span_the_encoder_cannot_encode_is_left_out_alone(serve: Any, make_bri
     assert bridge.force_flush(WAIT_S)
     counters = assert_balanced(bridge)
     assert counters["exported"]["otlp"] == 511 and counters["failed"] == 1
-    assert len(sink.spans()) == 511
+    assert len(sink.spans) == 511
 
 
-def test_integers_beyond_int64_are_converted_and_counted(serve: Any, make_bridge: Make) -> None:
-    sink = serve(OtlpSink())
+def test_integers_beyond_int64_are_converted_and_counted(start_receiver: StartReceiver, make_bridge: Make) -> None:
+    sink = start_receiver()
     bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url)
     with bridge.session(sample=0, session=0, global_steps=2**70), bridge.span("big", value=2**70, ok=7):
         pass
     assert bridge.force_flush(WAIT_S)
     counters = assert_balanced(bridge)
     assert counters["exported"]["otlp"] == 2 and counters["converted"] >= 2
-    received = {span.name: span for span in sink.spans()}
+    received = {span.name: span for span in sink.spans}
     assert received["big"].attributes["value"] == str(2**70) and received["big"].attributes["ok"] == 7
     assert received["agent_session"].attributes["global_steps"] == str(2**70)

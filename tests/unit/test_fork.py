@@ -9,17 +9,18 @@ import multiprocessing
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
+from otlp_receiver import OtlpReceiver
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
 from verl_otel_bridge._internal.pipeline.spill import FROM_QUEUE
 
-from .helpers import WAIT_S, OtlpSink, forks_on_purpose
+from .helpers import WAIT_S, StartReceiver, forks_on_purpose
 from .test_spill_files import Held, span
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork"), forks_on_purpose]
@@ -56,22 +57,27 @@ def _reap(pid: int) -> int:
     return -999
 
 
-def _check(sink: OtlpSink, parent: Bridge, names: dict[str, int]) -> None:
+def _check(sink: OtlpReceiver, parent: Bridge, names: dict[str, int]) -> None:
     counters = parent.status()["counters"]
     assert counters["exported"] == {"otlp": names["parent"]} and counters["failed"] == 0, counters
-    received = sink.spans(accepted_only=True)  # every request decodes: none was interleaved with another
-    assert all(r["status"] == 200 for r in sink.requests)
-    by_name: dict[str, int] = {}
-    for received_span in received:
-        by_name[received_span.name] = by_name.get(received_span.name, 0) + 1
-    assert by_name == names
+    assert sink.decode_errors == []  # every request decodes: none was interleaved with another
+    assert all(r.status == 200 for r in sink.requests)
+    assert Counter(span.name for span in sink.spans) == names
 
 
-def test_os_fork_children_send_on_connections_of_their_own(serve: Any, make_bridge: Callable[..., Bridge]) -> None:
-    sink = serve(OtlpSink())
+def _parent_with_an_open_connection(sink: OtlpReceiver, make_bridge: Callable[..., Bridge]) -> Bridge:
+    """The current bridge, sending to ``sink``, its keep-alive connection open (a first round sent)."""
     parent = make_bridge(exporter="otlp", otlp_endpoint=sink.url, schedule_delay_ms=5)
     vob.set_bridge(parent)
-    assert _spans("parent", rounds=1)  # the parent's keep-alive connection is open now
+    assert _spans("parent", rounds=1)
+    return parent
+
+
+def test_os_fork_children_send_on_connections_of_their_own(
+    start_receiver: StartReceiver, make_bridge: Callable[..., Bridge]
+) -> None:
+    sink = start_receiver()
+    parent = _parent_with_an_open_connection(sink, make_bridge)
     pids = []
     for c in range(CHILDREN):
         pid = os.fork()
@@ -95,12 +101,10 @@ def _mp_child(c: int) -> None:
 
 
 def test_multiprocessing_fork_children_send_on_connections_of_their_own(
-    serve: Any, make_bridge: Callable[..., Bridge]
+    start_receiver: StartReceiver, make_bridge: Callable[..., Bridge]
 ) -> None:
-    sink = serve(OtlpSink())
-    parent = make_bridge(exporter="otlp", otlp_endpoint=sink.url, schedule_delay_ms=5)
-    vob.set_bridge(parent)
-    assert _spans("parent", rounds=1)
+    sink = start_receiver()
+    parent = _parent_with_an_open_connection(sink, make_bridge)
     context = multiprocessing.get_context("fork")
     children = [context.Process(target=_mp_child, args=(c,)) for c in range(CHILDREN)]
     for child in children:

@@ -7,11 +7,13 @@ import threading
 from collections import defaultdict
 from typing import Any
 
+from threads import run_threads
+
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal.identity import IDENTITY_KEYS
 from verl_otel_bridge.testing import SpanCapture
 
-from .helpers import WAIT_S, identity_of, run_threads
+from .helpers import WAIT_S, identity_of
 
 IDENTITY = {"sample": 4, "session": 2, "traj": 1, "uid": "u-1", "global_steps": 9, "session_id": "sid"}
 

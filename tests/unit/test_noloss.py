@@ -6,19 +6,20 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from otlp_receiver import OtlpReceiver
+from threads import burst
 
 from verl_otel_bridge import Bridge
 from verl_otel_bridge._internal.pipeline.budget import span_size
 from verl_otel_bridge._internal.records import read_records, record_to_span
 
-from .helpers import WAIT_S, OtlpSink, assert_balanced, run_threads, wait_until
+from .helpers import WAIT_S, StartReceiver, assert_balanced, wait_until
 
 pytest.importorskip("urllib3")
 
@@ -26,31 +27,17 @@ BURST_SPANS = 20_000
 BURST_THREADS = 8
 
 
-def _burst(bridge: Bridge, spans: int, threads: int, **attributes: Any) -> None:
-    """``spans`` spans with a unique ``n``, ended by ``threads`` threads released together."""
-    start = threading.Barrier(threads)
-    per_thread = spans // threads
-
-    def work(thread: int) -> None:
-        start.wait(WAIT_S)
-        for i in range(per_thread):
-            with bridge.span("burst", n=thread * per_thread + i, **attributes):
-                pass
-
-    assert not run_threads((lambda t=t: work(t) for t in range(threads)), WAIT_S * 6)
-
-
-def _received(sink: OtlpSink) -> Counter[int]:
-    return Counter(span.attributes["n"] for span in sink.spans(accepted_only=True))
+def _received(sink: OtlpReceiver) -> Counter[int]:
+    return Counter(span.attributes["n"] for span in sink.spans)
 
 
 def test_a_burst_of_20000_spans_from_8_threads_reaches_an_otlp_receiver_whole_at_defaults(
-    serve: Any, make_bridge: Callable[..., Bridge]
+    start_receiver: StartReceiver, make_bridge: Callable[..., Bridge]
 ) -> None:
-    sink = serve(OtlpSink())
+    sink = start_receiver()
     bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url)
 
-    _burst(bridge, BURST_SPANS, BURST_THREADS)
+    burst(bridge, BURST_SPANS, BURST_THREADS)
 
     assert bridge.force_flush(60)
     wait_until(lambda: bridge.status()["spill"]["backlog"] == 0, what="the spill drained")
@@ -60,12 +47,14 @@ def test_a_burst_of_20000_spans_from_8_threads_reaches_an_otlp_receiver_whole_at
     assert _received(sink) == Counter(range(BURST_SPANS))  # every span once
 
 
-def test_past_the_byte_bound_spans_spill_and_drain_without_loss(serve: Any, make_bridge: Callable[..., Bridge]) -> None:
+def test_past_the_byte_bound_spans_spill_and_drain_without_loss(
+    start_receiver: StartReceiver, make_bridge: Callable[..., Bridge]
+) -> None:
     """A queue of 1 MiB cannot hold a burst of 2 MB spans: the rest spill, then drain."""
-    sink = serve(OtlpSink())
+    sink = start_receiver()
     bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url, max_queue_bytes=1024 * 1024)
 
-    _burst(bridge, 4_000, 4, payload="x" * 1000)
+    burst(bridge, 4_000, 4, payload="x" * 1000)
 
     assert bridge.force_flush(60)
     counters = bridge.status()["counters"]
@@ -78,23 +67,31 @@ def test_past_the_byte_bound_spans_spill_and_drain_without_loss(serve: Any, make
 
 def _closed_port() -> int:
     """A loopback port nothing listens on (yet)."""
-    probe = OtlpSink()
-    port = int(probe.server_address[1])
-    probe.server_close()
-    return port
+    probe = OtlpReceiver()
+    probe.stop()
+    return probe.port
+
+
+def _bridge_to_a_down_receiver(
+    make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch, port: int | None = None, **settings: Any
+) -> Bridge:
+    """``exporter: otlp`` to a loopback port nothing listens on (``port``: a given one), a sender that gives a
+    batch up after a second, and batches every 10 ms."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    endpoint = f"http://127.0.0.1:{port or _closed_port()}/v1/traces"
+    return make_bridge(exporter="otlp", otlp_endpoint=endpoint, schedule_delay_ms=10, **settings)
 
 
 def test_spill_while_the_receiver_is_down_then_drain_with_nothing_lost_or_doubled(
-    serve: Any, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch
+    start_receiver: StartReceiver, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     port = _closed_port()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # the sender gives a batch up after a second
-    bridge = make_bridge(
-        exporter="otlp",
-        otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces",
-        spill_after_s=1,  # "down for a minute", shortened
-        spill_probe_s=0.2,
-        schedule_delay_ms=10,
+    bridge = _bridge_to_a_down_receiver(
+        make_bridge,
+        monkeypatch,
+        port,
+        spill_after_s=1,
+        spill_probe_s=0.2,  # "down for a minute", shortened
     )
     for n in range(1_000):
         with bridge.span("down", n=n):
@@ -109,7 +106,7 @@ def test_spill_while_the_receiver_is_down_then_drain_with_nothing_lost_or_double
     assert Path(spill["file"]).parent == Path(bridge.config.spill_dir or spill["dir"])
     assert_balanced(bridge)
 
-    sink = serve(OtlpSink(port=port))  # the receiver is back
+    sink = start_receiver(port=port)  # the receiver is back
     wait_until(lambda: bridge.status()["counters"]["exported"].get("otlp") == 3_000, what="the spill drained")
     assert bridge.force_flush(WAIT_S)
     counters = assert_balanced(bridge)
@@ -122,14 +119,8 @@ def test_spill_while_the_receiver_is_down_then_drain_with_nothing_lost_or_double
 def test_a_full_spill_drops_counted_and_warns_once_with_the_count(
     make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
-    bridge = make_bridge(
-        exporter="otlp",
-        otlp_endpoint=f"http://127.0.0.1:{_closed_port()}/v1/traces",
-        spill_max_bytes=200_000,
-        spill_after_s=0.1,
-        spill_probe_s=60,
-        schedule_delay_ms=10,
+    bridge = _bridge_to_a_down_receiver(
+        make_bridge, monkeypatch, spill_max_bytes=200_000, spill_after_s=0.1, spill_probe_s=60
     )
     for n in range(2_000):
         with bridge.span("s", n=n, payload="y" * 200):
@@ -143,16 +134,10 @@ def test_a_full_spill_drops_counted_and_warns_once_with_the_count(
 
 
 def test_a_spill_file_replays_to_another_receiver(
-    serve: Any, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    start_receiver: StartReceiver, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
-    bridge = make_bridge(
-        exporter="otlp",
-        otlp_endpoint=f"http://127.0.0.1:{_closed_port()}/v1/traces",
-        spill_after_s=0.1,
-        spill_probe_s=60,
-        spill_dir=str(tmp_path / "spill"),
-        schedule_delay_ms=10,
+    bridge = _bridge_to_a_down_receiver(
+        make_bridge, monkeypatch, spill_after_s=0.1, spill_probe_s=60, spill_dir=str(tmp_path / "spill")
     )
     for n in range(500):
         with bridge.span("kept for later", n=n):
@@ -164,7 +149,7 @@ def test_a_spill_file_replays_to_another_receiver(
     assert sorted(r["attributes"]["n"] for r in records) == list(range(500))
     assert all(record_to_span(r).name == "kept for later" for r in records)
 
-    sink = serve(OtlpSink())
+    sink = start_receiver()
     cli = Path(sys.executable).with_name("verl-otel-bridge")
     env = {**os.environ, "VERL_OTEL_BRIDGE_OTLP_ENDPOINT": sink.url}
     done = subprocess.run(
@@ -174,28 +159,8 @@ def test_a_spill_file_replays_to_another_receiver(
     assert _received(sink) == Counter(range(500))
 
 
-RSS_PROBE = """
-import json, resource, sys
-import verl_otel_bridge as vob
-
-bound = int(sys.argv[1])
-bridge = vob.configure(
-    exporter="otlp", otlp_endpoint=sys.argv[2], max_queue_bytes=bound, spill_max_bytes=int(sys.argv[3]),
-    spill_dir=sys.argv[4], spill_after_s=0.1, spill_probe_s=600, environ={},
-)
-def rss():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-with vob.span("warm", ids=list(range(1_000, 201_000))):
-    pass
-before = rss()
-for i in range(int(sys.argv[5])):
-    with vob.span("sample", ids=list(range(1_000 + i, 201_000 + i))):  # fresh int objects, as token ids are
-        pass
-bridge.force_flush(30)
-print(json.dumps({"growth": rss() - before, "queued_bytes": bridge.status()["queued_bytes"],
-                  "counters": bridge.status()["counters"]}))
-bridge.shutdown(timeout_s=5)
-"""
+#: The script that measures it, in a process of its own (shared with bench/noloss.py).
+RSS_PROBE = Path(__file__).resolve().parents[1] / "token_ids_rss.py"
 
 
 def test_large_token_id_lists_keep_peak_memory_within_the_byte_bound(tmp_path: Path) -> None:
@@ -203,9 +168,14 @@ def test_large_token_id_lists_keep_peak_memory_within_the_byte_bound(tmp_path: P
     bound = 64 * 1024 * 1024
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("VERL_OTEL_BRIDGE_", "OTEL_"))}
     environ["OTEL_EXPORTER_OTLP_TIMEOUT"] = "2"
-    spill = (str(256 * 1024 * 1024), str(tmp_path / "spill"))
+    settings = {
+        "otlp_endpoint": f"http://127.0.0.1:{_closed_port()}/v1/traces",
+        "max_queue_bytes": bound,
+        "spill_max_bytes": 256 * 1024 * 1024,
+        "spill_dir": str(tmp_path / "spill"),
+    }
     done = subprocess.run(
-        [sys.executable, "-c", RSS_PROBE, str(bound), f"http://127.0.0.1:{_closed_port()}/v1/traces", *spill, "200"],
+        [sys.executable, str(RSS_PROBE), json.dumps(settings), "200"],
         capture_output=True,
         text=True,
         timeout=300,

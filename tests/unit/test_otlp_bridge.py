@@ -11,6 +11,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otlp_receiver import OtlpReceiver
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
@@ -18,7 +19,7 @@ from verl_otel_bridge._internal.accounting import balance
 from verl_otel_bridge._internal.rl_insight.otlp import SERVICES_PATH
 
 from .fake_rl_insight import usable_rl_insight
-from .helpers import WAIT_S, OtlpSink, wait_until
+from .helpers import WAIT_S, StartReceiver, wait_until
 
 urllib3 = pytest.importorskip("urllib3")
 instrumentation = pytest.importorskip("opentelemetry.instrumentation.urllib3")
@@ -36,15 +37,18 @@ def instrumented_urllib3() -> Iterator[Callable[[TracerProvider], None]]:
     instrumentor.uninstrument()
 
 
-def _posted_span_names(sink: OtlpSink) -> list[str]:
-    return [span.name for span in sink.spans()]
+def _posted_span_names(sink: OtlpReceiver) -> list[str]:
+    return [span.name for span in sink.spans]
 
 
 @pytest.mark.parametrize("route", ["exporter-otlp", "rl-insight-otlp-transport"])
 def test_an_instrumented_http_library_traces_the_users_requests_not_the_bridges(
-    serve: Any, monkeypatch: pytest.MonkeyPatch, instrumented_urllib3: Callable[[TracerProvider], None], route: str
+    start_receiver: StartReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+    instrumented_urllib3: Callable[[TracerProvider], None],
+    route: str,
 ) -> None:
-    sink = serve(OtlpSink())
+    sink = start_receiver()
     app_spans = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(app_spans))
@@ -54,12 +58,12 @@ def test_an_instrumented_http_library_traces_the_users_requests_not_the_bridges(
         exported = "otlp"
     else:
         usable_rl_insight(monkeypatch)
-        monkeypatch.setenv("RL_INSIGHT_SERVER_URL", sink.url.removesuffix("/v1/traces"))
+        monkeypatch.setenv("RL_INSIGHT_SERVER_URL", sink.base_url)
         settings = {"exporter": "rl_insight", "rl_insight_transport": "otlp"}
         exported = "rl_insight_otlp"
     bridge = vob.instrument(provider, schedule_delay_ms=50, **settings)
     with bridge.span("work"):
-        answer = urllib3.PoolManager().request("GET", sink.url.removesuffix("/v1/traces") + SERVICES_PATH)
+        answer = urllib3.PoolManager().request("GET", sink.base_url + SERVICES_PATH)
         assert answer.status == 200
     assert bridge.force_flush(WAIT_S)
     for _ in range(3):  # more export rounds: an untraced exporter stays untraced
@@ -68,7 +72,7 @@ def test_an_instrumented_http_library_traces_the_users_requests_not_the_bridges(
         assert bridge.force_flush(WAIT_S)
     http_spans = [s for s in app_spans.get_finished_spans() if s.instrumentation_scope.name.endswith("urllib3")]
     assert [s.name for s in http_spans] == ["GET"], [s.name for s in http_spans]  # the user's, and only that
-    assert sum(r["path"] == "/v1/traces" for r in sink.requests) >= 1  # the bridge did post, untraced
+    assert sum(r.path == "/v1/traces" for r in sink.requests) >= 1  # the bridge did post, untraced
     posted = _posted_span_names(sink)
     assert {"work", "GET", "more"} <= set(posted) and "POST" not in posted, posted
     counters = bridge.status()["counters"]
@@ -80,9 +84,9 @@ def _export_threads() -> list[threading.Thread]:
 
 
 def test_flush_and_shutdown_deadlines_hold_while_the_exporter_retries(
-    serve: Any, monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge]
+    start_receiver: StartReceiver, monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge]
 ) -> None:
-    sink = serve(OtlpSink(answers=[(503, {"Retry-After": "3"})] * 50))
+    sink = start_receiver(answers=[(503, {"Retry-After": "3"})] * 50)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "60")  # the export alone would retry for a minute
     before = set(_export_threads())
     bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url, schedule_delay_ms=600_000)

@@ -22,6 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from otlp_receiver import OtlpReceiver
 
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal.otlp.exporter import OtlpSpanExporter
@@ -31,42 +32,42 @@ from verl_otel_bridge._internal.rl_insight.exporter import forwarded_attributes
 from verl_otel_bridge._internal.rl_insight.otlp import OtlpTransport
 from verl_otel_bridge._version import install_command
 
-from .helpers import WAIT_S, OtlpSink, wait_until
+from .helpers import WAIT_S, StartReceiver, wait_until
 
 
 def sender(url: str, timeout_s: float = 5, **settings: Any) -> OtlpHttpSender:
     return OtlpHttpSender(url, SenderSettings(timeout_s=timeout_s, **settings))
 
 
-def test_posts_protobuf_bodies_over_one_kept_alive_connection(serve: Any) -> None:
-    receiver = serve(OtlpSink())
+def test_posts_protobuf_bodies_over_one_kept_alive_connection(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver()
     posting = sender(receiver.url)
     for n in range(3):
         posting.send(f"batch {n}".encode())
     posting.close()
-    assert [r["body"] for r in receiver.requests] == [b"batch 0", b"batch 1", b"batch 2"]
-    assert {r["path"] for r in receiver.requests} == {"/v1/traces"}
-    assert receiver.requests[0]["headers"]["content-type"] == "application/x-protobuf"
-    assert receiver.requests[0]["headers"]["user-agent"] == f"verl-otel-bridge/{vob.__version__}"
+    assert [r.body for r in receiver.requests] == [b"batch 0", b"batch 1", b"batch 2"]
+    assert {r.path for r in receiver.requests} == {"/v1/traces"}
+    assert receiver.requests[0].headers["content-type"] == "application/x-protobuf"
+    assert receiver.requests[0].headers["user-agent"] == f"verl-otel-bridge/{vob.__version__}"
     assert receiver.connections == 1
 
 
-def test_a_connection_the_server_closed_is_replaced_without_posting_twice(serve: Any) -> None:
-    receiver = serve(OtlpSink(close_after_reply=True))
+def test_a_connection_the_server_closed_is_replaced_without_posting_twice(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver(close_after_reply=True)
     posting = sender(receiver.url)
     for n in range(4):
         posting.send(f"batch {n}".encode())
         # The server closes after answering; the next send must notice before writing.
         wait_until(lambda: receiver.closed > n, what="the server to close the connection")
-    assert [r["body"] for r in receiver.requests] == [f"batch {n}".encode() for n in range(4)]
+    assert [r.body for r in receiver.requests] == [f"batch {n}".encode() for n in range(4)]
     assert receiver.connections == 4
 
 
 @pytest.mark.parametrize(("compression", "decompress"), [("gzip", gzip.decompress), ("deflate", zlib.decompress)])
 def test_compression_and_headers_come_from_opentelemetrys_variables(
-    serve: Any, compression: str, decompress: Any
+    start_receiver: StartReceiver, compression: str, decompress: Any
 ) -> None:
-    receiver = serve(OtlpSink())
+    receiver = start_receiver()
     environ = {
         "OTEL_EXPORTER_OTLP_COMPRESSION": "none",
         "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": compression.upper(),
@@ -75,46 +76,46 @@ def test_compression_and_headers_come_from_opentelemetrys_variables(
     }
     OtlpHttpSender.from_environment(receiver.url, environ).send(b"payload" * 100)
     (request,) = receiver.requests
-    assert decompress(request["body"]) == b"payload" * 100
-    assert request["size"] < 700  # compressed on the wire
-    assert request["headers"]["content-encoding"] == compression
-    assert request["headers"]["authorization"] == "Bearer t0ken"  # URL-decoded
-    assert request["headers"]["x-tenant"] == "team-a"
-    assert "x-general" not in request["headers"]  # the traces-specific variable wins, as in OpenTelemetry
+    assert decompress(request.body) == b"payload" * 100
+    assert request.size < 700  # compressed on the wire
+    assert request.headers["content-encoding"] == compression
+    assert request.headers["authorization"] == "Bearer t0ken"  # URL-decoded
+    assert request.headers["x-tenant"] == "team-a"
+    assert "x-general" not in request.headers  # the traces-specific variable wins, as in OpenTelemetry
 
 
-def test_general_variables_apply_when_no_traces_variable_is_set(serve: Any) -> None:
-    receiver = serve(OtlpSink())
+def test_general_variables_apply_when_no_traces_variable_is_set(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver()
     environ = {"OTEL_EXPORTER_OTLP_HEADERS": "x-general=1", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}
     OtlpHttpSender.from_environment(receiver.url, environ).send(b"x")
     (request,) = receiver.requests
-    assert request["headers"]["x-general"] == "1" and gzip.decompress(request["body"]) == b"x"
+    assert request.headers["x-general"] == "1" and gzip.decompress(request.body) == b"x"
 
 
-def test_an_error_answer_is_quoted_and_not_retried(serve: Any) -> None:
-    receiver = serve(OtlpSink(status=400))
+def test_an_error_answer_is_quoted_and_not_retried(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver(status=400)
     posting = sender(receiver.url)
     with pytest.raises(OtlpSendError, match=r"answered 400 .*backend says no.*\(not retried\)") as raised:
         posting.send(b"x")
     assert raised.value.status == 400
     receiver.status = 200
     posting.send(b"y")  # the connection is still usable after an error answer
-    assert [r["body"] for r in receiver.requests] == [b"x", b"y"]
+    assert [r.body for r in receiver.requests] == [b"x", b"y"]
 
 
 def test_no_listener_is_a_send_error_after_bounded_retries() -> None:
-    receiver = OtlpSink()
+    receiver = OtlpReceiver()
     url = receiver.url
-    receiver.server_close()  # the port is free again: nothing listens there
+    receiver.stop()  # the port is free again: nothing listens there
     started = time.monotonic()
     with pytest.raises(OtlpSendError, match="Connection refused"):
         sender(url, timeout_s=2).send(b"x")
     assert time.monotonic() - started < 2 + 1  # the timeout bounds the retries
 
 
-def test_an_endpoint_that_never_answers_times_out(serve: Any) -> None:
+def test_an_endpoint_that_never_answers_times_out(start_receiver: StartReceiver) -> None:
     release = threading.Event()
-    receiver = serve(OtlpSink(hang=release))
+    receiver = start_receiver(stall=release)
     started = time.monotonic()
     try:
         with pytest.raises(OtlpSendError, match="timed out"):
@@ -127,42 +128,42 @@ def test_an_endpoint_that_never_answers_times_out(serve: Any) -> None:
 # ------------------------------------------------------------------ retries
 
 
-def test_429_and_503_are_retried_after_retry_after(serve: Any) -> None:
-    receiver = serve(OtlpSink(answers=[(429, {"Retry-After": "1"}), (503, {"Retry-After": "0"})]))
+def test_429_and_503_are_retried_after_retry_after(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver(answers=[(429, {"Retry-After": "1"}), (503, {"Retry-After": "0"})])
     sender(receiver.url).send(b"x")
     first, second, third = receiver.requests
-    assert [r["body"] for r in receiver.requests] == [b"x"] * 3
-    assert second["time"] - first["time"] >= 0.95  # waited as the 429 asked
-    assert third["time"] - second["time"] < 0.9  # Retry-After: 0 wins over the backoff
+    assert [r.body for r in receiver.requests] == [b"x"] * 3
+    assert (second.received_ns - first.received_ns) / 1e9 >= 0.95  # waited as the 429 asked
+    assert (third.received_ns - second.received_ns) / 1e9 < 0.9  # Retry-After: 0 wins over the backoff
 
 
-def test_without_retry_after_the_backoff_grows_with_jitter(serve: Any) -> None:
-    receiver = serve(OtlpSink(answers=[(503, {}), (502, {}), (504, {})]))
+def test_without_retry_after_the_backoff_grows_with_jitter(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver(answers=[(503, {}), (502, {}), (504, {})])
     sender(receiver.url).send(b"x")
-    times = [r["time"] for r in receiver.requests]
+    times = [r.received_ns / 1e9 for r in receiver.requests]
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     assert len(times) == 4
     # urllib3's schedule (backoff factor 0.5 s, jitter up to 0.5 s): at once, then 1-1.5 s, then 2-2.5 s
     assert gaps[0] < 0.5 and 0.95 <= gaps[1] < 1.5 + 0.5 and 1.95 <= gaps[2] < 2.5 + 0.5, gaps
 
 
-def test_retries_stop_after_max_attempts(serve: Any) -> None:
-    receiver = serve(OtlpSink(status=503, answers=[(503, {"Retry-After": "0"})] * 10))
+def test_retries_stop_after_max_attempts(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver(status=503, answers=[(503, {"Retry-After": "0"})] * 10)
     with pytest.raises(OtlpSendError, match=rf"answered 503 .*gave up after {MAX_ATTEMPTS} attempts"):
         sender(receiver.url).send(b"x")
     assert len(receiver.requests) == MAX_ATTEMPTS
 
 
-def test_a_retry_after_beyond_the_deadline_fails_at_once(serve: Any) -> None:
-    receiver = serve(OtlpSink(answers=[(503, {"Retry-After": "30"})]))
+def test_a_retry_after_beyond_the_deadline_fails_at_once(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver(answers=[(503, {"Retry-After": "30"})])
     started = time.monotonic()
     with pytest.raises(OtlpSendError, match=r"retry in 30.0 s would pass the export deadline"):
         sender(receiver.url, timeout_s=2).send(b"x")
     assert time.monotonic() - started < 1 and len(receiver.requests) == 1
 
 
-def test_close_ends_a_wait_between_retries(serve: Any) -> None:
-    receiver = serve(OtlpSink(answers=[(503, {"Retry-After": "20"})]))
+def test_close_ends_a_wait_between_retries(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver(answers=[(503, {"Retry-After": "20"})])
     posting = sender(receiver.url, timeout_s=60)
     errors: list[Exception] = []
 
@@ -214,9 +215,9 @@ def test_the_timeout_is_read_in_seconds_the_traces_variable_first() -> None:
     assert SenderSettings.from_environment(both).timeout_s == 7.0
 
 
-def test_the_timeout_variable_bounds_an_export(serve: Any) -> None:
+def test_the_timeout_variable_bounds_an_export(start_receiver: StartReceiver) -> None:
     release = threading.Event()
-    receiver = serve(OtlpSink(hang=release))
+    receiver = start_receiver(stall=release)
     started = time.monotonic()
     try:
         exporter = OtlpSpanExporter.from_environment(
@@ -275,8 +276,8 @@ def test_a_bad_header_entry_raises_without_showing_values(text: str) -> None:
     assert "s3cr3t" not in str(raised.value) and "novalue" not in str(raised.value)
 
 
-def test_header_values_and_url_passwords_never_show(serve: Any) -> None:
-    receiver = serve(OtlpSink(status=401))
+def test_header_values_and_url_passwords_never_show(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver(status=401)
     url = receiver.url.replace("http://", "http://user:pa55word@")
     environ = {"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=s3cr3t-value"}
     posting = OtlpHttpSender.from_environment(url, environ)
@@ -286,17 +287,17 @@ def test_header_values_and_url_passwords_never_show(serve: Any) -> None:
     assert "s3cr3t" not in shown and "pa55word" not in shown
     assert "x-api-key" in repr(posting.settings)
     (request,) = receiver.requests
-    assert request["headers"]["x-api-key"] == "s3cr3t-value"
-    assert request["headers"]["authorization"] == "Basic dXNlcjpwYTU1d29yZA=="  # user:pa55word, as requests sends it
+    assert request.headers["x-api-key"] == "s3cr3t-value"
+    assert request.headers["authorization"] == "Basic dXNlcjpwYTU1d29yZA=="  # user:pa55word, as requests sends it
 
 
-def test_proxy_variables_are_honoured_unless_no_proxy_matches(serve: Any) -> None:
-    proxy = serve(OtlpSink())
+def test_proxy_variables_are_honoured_unless_no_proxy_matches(start_receiver: StartReceiver) -> None:
+    proxy = start_receiver()
     target = "http://127.0.0.1:9/v1/traces"  # nothing listens there: only the proxy can answer
-    OtlpHttpSender.from_environment(target, {"HTTP_PROXY": proxy.url.removesuffix("/v1/traces")}).send(b"x")
+    OtlpHttpSender.from_environment(target, {"HTTP_PROXY": proxy.base_url}).send(b"x")
     (request,) = proxy.requests
-    assert request["path"] == target and request["body"] == b"x"  # a proxy request names the whole URL
-    bypassing = {"http_proxy": proxy.url.removesuffix("/v1/traces"), "NO_PROXY": "127.0.0.1"}
+    assert request.path == target and request.body == b"x"  # a proxy request names the whole URL
+    bypassing = {"http_proxy": proxy.base_url, "NO_PROXY": "127.0.0.1"}
     with pytest.raises(OtlpSendError, match="Connection refused"):
         OtlpHttpSender.from_environment(target, {**bypassing, "OTEL_EXPORTER_OTLP_TIMEOUT": "0.5"}).send(b"y")
     assert len(proxy.requests) == 1
@@ -341,35 +342,34 @@ def certificate(tmp_path: Path, openssl: str) -> tuple[Path, Path]:
     return _self_signed(openssl, tmp_path, "server")
 
 
-def _tls_receiver(cert: Path, key: Path, client_ca: Path | None = None) -> OtlpSink:
-    receiver = OtlpSink()
+def _server_tls(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     if client_ca is not None:
         context.verify_mode = ssl.CERT_REQUIRED
         context.load_verify_locations(client_ca)
-    receiver.socket = context.wrap_socket(receiver.socket, server_side=True)
-    receiver.url = receiver.url.replace("http://", "https://")
-    return receiver
+    return context
 
 
-def test_https_trusts_the_certificate_opentelemetrys_variable_names(serve: Any, certificate: tuple[Path, Path]) -> None:
+def test_https_trusts_the_certificate_opentelemetrys_variable_names(
+    start_receiver: StartReceiver, certificate: tuple[Path, Path]
+) -> None:
     cert, key = certificate
-    receiver = serve(_tls_receiver(cert, key))
+    receiver = start_receiver(tls=_server_tls(cert, key))
     with pytest.raises(OtlpSendError, match="CERTIFICATE_VERIFY_FAILED"):
         sender(receiver.url).send(b"untrusted")
     environ = {"OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": str(cert)}
     OtlpHttpSender.from_environment(receiver.url, environ).send(b"trusted")
-    assert [r["body"] for r in receiver.requests] == [b"trusted"]
+    assert [r.body for r in receiver.requests] == [b"trusted"]
 
 
 @pytest.mark.parametrize("key_apart", [True, False], ids=["CLIENT_KEY", "key-inside-certificate"])
 def test_mutual_tls_sends_the_client_certificate_and_key(
-    serve: Any, certificate: tuple[Path, Path], openssl: str, tmp_path: Path, key_apart: bool
+    start_receiver: StartReceiver, certificate: tuple[Path, Path], openssl: str, tmp_path: Path, key_apart: bool
 ) -> None:
     cert, key = certificate
     client_cert, client_key = _self_signed(openssl, tmp_path, "client")
-    receiver = serve(_tls_receiver(cert, key, client_ca=client_cert))
+    receiver = start_receiver(tls=_server_tls(cert, key, client_ca=client_cert))
     trusted = {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(cert), "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
     with pytest.raises(OtlpSendError):
         OtlpHttpSender.from_environment(receiver.url, trusted).send(b"anonymous")  # the server wants a certificate
@@ -383,7 +383,7 @@ def test_mutual_tls_sends_the_client_certificate_and_key(
         combined.write_bytes(client_cert.read_bytes() + client_key.read_bytes())
         mine = {"OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE": str(combined)}
     OtlpHttpSender.from_environment(receiver.url, {**trusted, **mine}).send(b"known")
-    assert [r["body"] for r in receiver.requests] == [b"known"]
+    assert [r.body for r in receiver.requests] == [b"known"]
 
 
 def test_a_certificate_that_is_not_pem_raises_at_construction(tmp_path: Path) -> None:
@@ -412,37 +412,39 @@ def _decoded(body: bytes) -> list[Any]:
     return [span for rs in message.resource_spans for ss in rs.scope_spans for span in ss.spans]
 
 
-def test_a_batch_over_the_size_limit_is_split_into_requests_under_it(serve: Any) -> None:
-    receiver = serve(OtlpSink())
+def test_a_batch_over_the_size_limit_is_split_into_requests_under_it(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver()
     spans = _spans(20, payload=300)
     exporter = OtlpSpanExporter(sender(receiver.url), max_request_bytes=2000)
     assert exporter.export(spans) is SpanExportResult.SUCCESS
-    sizes = [r["size"] for r in receiver.requests]
+    sizes = [r.size for r in receiver.requests]
     assert len(sizes) > 1 and max(sizes) <= 2000, sizes
-    names = [span.name for r in receiver.requests for span in _decoded(r["body"])]
+    names = [span.name for r in receiver.requests for span in _decoded(r.body)]
     assert names == [span.name for span in spans]  # every span once, in order
 
 
-def test_a_span_too_large_alone_is_left_out_and_the_rest_is_sent(serve: Any, caplog: pytest.LogCaptureFixture) -> None:
-    receiver = serve(OtlpSink())
+def test_a_span_too_large_alone_is_left_out_and_the_rest_is_sent(
+    start_receiver: StartReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    receiver = start_receiver()
     spans = [*_spans(2), *_spans(1, payload=5000), *_spans(2)]
     exporter = OtlpSpanExporter(sender(receiver.url), max_request_bytes=2000)
     for _ in range(2):  # the rest is sent, and the exporter says one span was left out (counted failed)
         assert exporter.export(spans) is SpanExportResult.SUCCESS
         assert exporter.take_left_out() == 1 and exporter.take_left_out() == 0
-    sent = [span.name for r in receiver.requests for span in _decoded(r["body"])]
+    sent = [span.name for r in receiver.requests for span in _decoded(r.body)]
     assert sent == ["span-0", "span-1", "span-0", "span-1"] * 2
     warned = [r.getMessage() for r in caplog.records if "request limit" in r.getMessage()]
     assert len(warned) == 1 and "'span-0' alone encodes to" in warned[0]  # said once
 
 
-def test_the_exporter_sends_gzip_requests_that_decode_to_the_spans(serve: Any) -> None:
-    receiver = serve(OtlpSink())
+def test_the_exporter_sends_gzip_requests_that_decode_to_the_spans(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver()
     exporter = OtlpSpanExporter.from_environment({"OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}, endpoint=receiver.url)
     spans = _spans(5, payload=200)
     assert exporter.export(spans) is SpanExportResult.SUCCESS
     (request,) = receiver.requests
-    assert [s.name for s in _decoded(gzip.decompress(request["body"]))] == [s.name for s in spans]
+    assert [s.name for s in _decoded(gzip.decompress(request.body))] == [s.name for s in spans]
     exporter.shutdown()
     assert exporter.export(spans) is SpanExportResult.FAILURE  # after shutdown: refused, nothing sent
     assert len(receiver.requests) == 1
@@ -462,9 +464,9 @@ def _two_spans() -> list[Any]:
     return list(exporter.get_finished_spans())
 
 
-def test_the_transport_sends_what_the_hub_would_with_the_variables_applied(serve: Any) -> None:
-    receiver = serve(OtlpSink())
-    server_url = receiver.url.removesuffix("/v1/traces")
+def test_the_transport_sends_what_the_hub_would_with_the_variables_applied(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver()
+    server_url = receiver.base_url
     environ = {"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-team=rl", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}
     transport = OtlpTransport(
         server_url, namespace="ns", labels={"project": "p", "experiment_name": "e"}, environ=environ
@@ -473,8 +475,8 @@ def test_the_transport_sends_what_the_hub_would_with_the_variables_applied(serve
     spans = _two_spans()
     assert transport.send(spans, [forwarded_attributes(span) for span in spans]) == 2
     (request,) = receiver.requests
-    assert request["headers"]["x-team"] == "rl"
-    message = ExportTraceServiceRequest.FromString(gzip.decompress(request["body"]))
+    assert request.headers["x-team"] == "rl"
+    message = ExportTraceServiceRequest.FromString(gzip.decompress(request.body))
     (resource_spans,) = message.resource_spans
     assert {kv.key: kv.value.string_value for kv in resource_spans.resource.attributes}["service.name"] == "ns"
     sent = {span.name: span for span in resource_spans.scope_spans[0].spans}
@@ -487,9 +489,9 @@ def test_the_transport_sends_what_the_hub_would_with_the_variables_applied(serve
     assert turn["otel.parent_span_id"].string_value == sent["agent_session"].span_id.hex()
 
 
-def test_a_refused_batch_reports_why_and_waits_for_the_backoff(serve: Any) -> None:
-    receiver = serve(OtlpSink(status=400))
-    transport = OtlpTransport(receiver.url.removesuffix("/v1/traces"), environ={})
+def test_a_refused_batch_reports_why_and_waits_for_the_backoff(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver(status=400)
+    transport = OtlpTransport(receiver.base_url, environ={})
     assert transport.available()
     spans = _two_spans()
     assert transport.send(spans, [forwarded_attributes(span) for span in spans]) == 0
@@ -497,14 +499,14 @@ def test_a_refused_batch_reports_why_and_waits_for_the_backoff(serve: Any) -> No
     assert transport.available() is False  # retried after the backoff (1 s, doubling), not on the next batch
 
 
-def test_a_split_batch_that_fails_part_way_says_how_many_were_delivered(serve: Any) -> None:
-    receiver = serve(OtlpSink(answers=[(200, {}), (400, {})]))
-    transport = OtlpTransport(receiver.url.removesuffix("/v1/traces"), environ={})
+def test_a_split_batch_that_fails_part_way_says_how_many_were_delivered(start_receiver: StartReceiver) -> None:
+    receiver = start_receiver(answers=[(200, {}), (400, {})])
+    transport = OtlpTransport(receiver.base_url, environ={})
     assert transport.available()
     transport._exporter.max_request_bytes = 2000  # type: ignore[union-attr]
     spans = _spans(20, payload=300)
     delivered = transport.send(spans, [forwarded_attributes(span) for span in spans])
-    first = _decoded(receiver.requests[0]["body"])
+    first = _decoded(receiver.requests[0].body)
     assert 0 < delivered == len(first) < 20  # the rest go through the hub, none twice
 
 

@@ -13,16 +13,17 @@ import logging
 import os
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from otlp_receiver import OtlpReceiver
+from threads import run_threads
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
@@ -30,21 +31,21 @@ from verl_otel_bridge._internal.accounting import balance
 from verl_otel_bridge._internal.exporters.redacting import REDACTED
 
 from .fake_rl_insight import install_broken_rl_insight, usable_rl_insight
-from .helpers import WAIT_S, OtlpSink, assert_balanced, finished, forks_on_purpose, identity_of, wait_until
+from .helpers import (
+    WAIT_S,
+    StartReceiver,
+    assert_balanced,
+    finished,
+    forks_on_purpose,
+    identity_of,
+    wait_until,
+)
 
 #: RL-Insight through ``trace_span``, the path the faults are injected into.
 HUB = {"exporter": "rl_insight", "rl_insight_transport": "hub"}
 #: Queued spans wait for a flush (or shutdown): tests decide when batches happen.
 MANUAL = {"schedule_delay_ms": 600_000}
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def gate() -> Iterator[threading.Event]:
-    """An event hung exporters wait on; opened at teardown, before ``make_bridge`` shuts bridges down."""
-    event = threading.Event()
-    yield event
-    event.set()
 
 
 @pytest.fixture
@@ -176,65 +177,30 @@ def test_trace_span_raising_sends_the_rest_of_its_batch_to_the_fallback_and_late
 # -- the queue: a slow or hung exporter never holds the caller -----------------------
 
 
-def _interleaved_latencies_ns(bridges: dict[str, Bridge], count: int) -> dict[str, list[int]]:
-    """Time ``with bridge.span(name)`` for each named bridge in turn, ``count`` times each.
-
-    Interleaving span by span gives every bridge the same machine: a scheduler or
-    GC pause lands on both sides alike instead of deciding the comparison.
-    """
-    latencies: dict[str, list[int]] = {name: [] for name in bridges}
-    clock = time.perf_counter_ns
-    first = next(iter(bridges.values())).status()["counters"]["ended"]  # spans are numbered across calls
-    for i in range(first, first + count):
-        for name, bridge in bridges.items():
-            started = clock()
-            with bridge.span(name, i=i):
-                pass
-            latencies[name].append(clock() - started)
-    return latencies
-
-
-def _p99(latencies: list[int]) -> float:
-    return statistics.quantiles(latencies, n=100)[98]
-
-
-def test_slow_exporter_with_a_tiny_queue_drops_and_does_not_slow_the_caller(
+def test_a_stuck_exporter_with_a_tiny_queue_drops_counted_and_never_holds_the_caller(
     monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], gate: threading.Event
 ) -> None:
-    """The caller's p99 per-span latency with a slow exporter stays within 2x of a healthy one.
-
-    Both bridges have the same tiny queue and batch size; only the exporter's speed
-    differs (spans named ``slow`` take 20 ms each to export, far slower than they
-    are made, so nearly all of them are dropped).
-    """
+    """The exporter is stuck on its first span until the gate opens: the caller's spans all end meanwhile,
+    the queue keeps what it holds and refuses the rest, each one counted."""
     fake = usable_rl_insight(monkeypatch)
-    fake.hook = lambda call: gate.wait(0.02) if call["name"] == "slow" else None
-    settings = {**HUB, "max_queue_size": 8, "max_export_batch_size": 1, "schedule_delay_ms": 1, "spill_max_bytes": 0}
-    bridges = {"healthy": make_bridge(**settings), "slow": make_bridge(**settings)}
+    fake.hook = lambda call: gate.wait(WAIT_S)
+    bridge = make_bridge(**HUB, max_queue_size=8, max_export_batch_size=1, schedule_delay_ms=1, spill_max_bytes=0)
+    made = 2000
 
-    spans_per_round, rounds, warm_up = 2000, 3, 200
-    _interleaved_latencies_ns(bridges, warm_up)  # imports, RL-Insight init, caches
-    ratios = []
-    for _ in range(rounds):
-        latencies = _interleaved_latencies_ns(bridges, spans_per_round)
-        ratios.append(_p99(latencies["slow"]) / _p99(latencies["healthy"]))
-    assert statistics.median(ratios) <= 2.0, f"p99 per span, slow exporter / healthy exporter: {ratios}"
-
-    slow_bridge = bridges["slow"]
-    made = warm_up + rounds * spans_per_round
-    counters = slow_bridge.status()["counters"]
+    # A caller that waited for the stuck exporter would never finish; the bound only keeps a failure from hanging.
+    assert run_threads([lambda: end_spans(bridge, made)]) == [], "ending spans raised"
+    counters = bridge.status()["counters"]
     assert counters["ended"] == made
-    assert counters["dropped"] >= made - 500  # the worker gets about one span through per 20 ms
-    gate.set()  # the slow exporter becomes fast: what was queued is delivered, nothing else
-    slow_bridge.shutdown(timeout_s=WAIT_S)
-    counters = slow_bridge.status()["counters"]
+    assert counters["dropped"] >= made - 8 - 2  # at most the queue plus one batch in flight got through
+    gate.set()  # the exporter comes back: what was queued is delivered, nothing else
+    bridge.shutdown(timeout_s=WAIT_S)
+    counters = bridge.status()["counters"]
     assert balance(counters) == 0, counters
     assert counters["dropped"] + counters["exported"]["rl_insight"] == made and counters["failed"] == 0
     # drop policy: the *new* span is refused and queued ones are kept, so the first 8 all got through
-    delivered = sorted(c.attributes["i"] for c in fake.by_name("slow"))
+    delivered = sorted(c.attributes["i"] for c in fake.calls)
     assert len(delivered) == counters["exported"]["rl_insight"]
     assert delivered[:8] == list(range(8)), delivered[:20]
-    assert_balanced(bridges["healthy"])
 
 
 def test_shutdown_with_an_exporter_that_hangs_forever_is_bounded_and_counts_the_abandoned(
@@ -254,9 +220,9 @@ def test_shutdown_with_an_exporter_that_hangs_forever_is_bounded_and_counts_the_
     bridge = make_bridge(**HUB, max_export_batch_size=10, schedule_delay_ms=10)
     end_spans(bridge, 10)  # one full batch: the worker takes it and hangs inside the exporter
     wait_until(entered.is_set, what="the exporter to be called")
-    started = time.monotonic()
-    end_spans(bridge, 25, prefix="late")  # the caller is not held by the hung exporter
-    assert time.monotonic() - started < 1.0
+    # The caller is not held by the hung exporter (which would hold it forever; the bound only keeps a failure
+    # from hanging).
+    assert run_threads([lambda: end_spans(bridge, 25, prefix="late")]) == []
     assert bridge.force_flush(timeout_s=0.2) is False  # a flush says it could not finish
 
     started = time.monotonic()
@@ -475,8 +441,8 @@ def test_redacted_attributes_never_reach_any_exporter(
 
 
 @pytest.fixture
-def otlp_sink(serve: Callable[[Any], OtlpSink]) -> OtlpSink:
-    return serve(OtlpSink())
+def otlp_sink(start_receiver: StartReceiver) -> OtlpReceiver:
+    return start_receiver()
 
 
 SECRET = "s3cret"
@@ -495,7 +461,7 @@ def _assert_no_secret(bridge: Bridge, logs: pytest.LogCaptureFixture) -> None:
 
 
 def test_credentials_stay_out_of_status_reprs_and_logs(
-    monkeypatch: pytest.MonkeyPatch, logs: pytest.LogCaptureFixture, otlp_sink: OtlpSink
+    monkeypatch: pytest.MonkeyPatch, logs: pytest.LogCaptureFixture, otlp_sink: OtlpReceiver
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer {SECRET}")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp_sink.url)
@@ -507,7 +473,7 @@ def test_credentials_stay_out_of_status_reprs_and_logs(
     _assert_no_secret(bridge, logs)  # ...but is never shown
     vob.shutdown(timeout_s=WAIT_S)  # the shutdown summary too
     _assert_no_secret(bridge, logs)
-    assert otlp_sink.requests and otlp_sink.requests[0]["headers"]["authorization"] == f"Bearer {SECRET}"
+    assert otlp_sink.requests and otlp_sink.requests[0].headers["authorization"] == f"Bearer {SECRET}"
     counters = bridge.status()["counters"]
     assert balance(counters) == 0 and counters["exported"] == {"otlp": 4}, counters
 
@@ -562,7 +528,7 @@ def _listening_socket_inodes() -> set[str]:
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
 def test_the_bridge_opens_no_listening_socket(
-    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], otlp_sink: OtlpSink, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge], otlp_sink: OtlpReceiver, tmp_path: Path
 ) -> None:
     before = _listening_socket_inodes()
     assert before, "the test's own OTLP sink should be listening (is /proc/net/tcp readable?)"

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from verl_otel_bridge import Bridge
 from verl_otel_bridge.cli import app as cli
 
-from .helpers import OtlpSink
+from .helpers import StartReceiver
 
 
 def doctor(monkeypatch: pytest.MonkeyPatch, endpoint: str, headers: str = "") -> tuple[int, dict[str, Any], str]:
@@ -28,15 +28,13 @@ def doctor(monkeypatch: pytest.MonkeyPatch, endpoint: str, headers: str = "") ->
 
 
 def test_doctor_sends_an_empty_export_request_with_the_configured_headers(
-    monkeypatch: pytest.MonkeyPatch, serve: Callable[[Any], Any]
+    monkeypatch: pytest.MonkeyPatch, start_receiver: StartReceiver
 ) -> None:
-    sink = serve(OtlpSink())
+    sink = start_receiver()
     code, report, text = doctor(monkeypatch, sink.url, "x-api-key=k1")
     assert code == 0, text
     assert report["route"]["local"]["detail"] == f"OTLP/HTTP to {sink.url}: accepts OTLP export requests"
-    assert [(r["path"], r["body"], r["headers"]["x-api-key"]) for r in sink.requests] == [
-        ("/v1/traces", b"\n\x00", "k1")
-    ] * 2
+    assert [(r.path, r.body, r.headers["x-api-key"]) for r in sink.requests] == [("/v1/traces", b"\n\x00", "k1")] * 2
     assert "OK: spans reach otlp" in text
 
 
@@ -45,9 +43,9 @@ def test_doctor_sends_an_empty_export_request_with_the_configured_headers(
     [(403, "wants credentials"), (404, "usually ends in /v1/traces"), (415, "does not take OTLP/HTTP protobuf")],
 )
 def test_doctor_fails_with_the_servers_answer_and_the_fix(
-    monkeypatch: pytest.MonkeyPatch, serve: Callable[[Any], Any], status: int, fix: str
+    monkeypatch: pytest.MonkeyPatch, start_receiver: StartReceiver, status: int, fix: str
 ) -> None:
-    sink = serve(OtlpSink(status=status))
+    sink = start_receiver(status=status)
     code, report, text = doctor(monkeypatch, sink.url)
     assert code == 1
     assert f"answered {status} " in report["route"]["local"]["detail"] and "backend says no" in text
@@ -64,10 +62,10 @@ def test_doctor_fails_when_nothing_answers(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_status_names_each_exporters_endpoint_last_error_and_counts(
-    serve: Callable[[Any], Any], make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch
+    start_receiver: StartReceiver, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    sink = serve(OtlpSink(status=422))
+    sink = start_receiver(status=422)
     # Spilling off: this test is about what status() reports of a refusing exporter, not about the spill.
     bridge = make_bridge(exporter=["otlp", "memory"], otlp_endpoint=sink.url, schedule_delay_ms=10, spill_max_bytes=0)
     with bridge.session(sample=0, session=0):

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from threads import run_threads
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal import logs
@@ -29,7 +30,7 @@ from .fake_rl_insight import (
     install_rl_insight,
     usable_rl_insight,
 )
-from .helpers import WAIT_S, assert_balanced, identity_of, run_threads
+from .helpers import WAIT_S, assert_balanced, identity_of
 
 T0 = 1_700_000_000_000_000_000
 OTEL_TYPES = (str, bool, int, float)
@@ -122,45 +123,35 @@ def _init_raises(monkeypatch: pytest.MonkeyPatch) -> FakeRLInsight:
     return fake
 
 
+def _claiming(version: str, reason: str, phrases: list[str], **kwargs: Any) -> Case:
+    """A case of a 0.3.0-shaped release whose ``__version__`` and metadata both say ``version``."""
+    setup = _release("0.3.0", version=version, installed=version, **kwargs)
+    return Case(setup, reason, phrases, version=version, installed=version)
+
+
+#: ``version`` and ``installed`` of a case where the release says 0.3.0 both ways.
+SAYS_0_3_0: dict[str, Any] = {"version": "0.3.0", "installed": "0.3.0"}
+
 UNUSABLE: dict[str, Case] = {
     "0.1.0": Case(_release("0.1.0"), "no_version", ["rl-insight 0.1.0", ">= 0.3.0"], installed="0.1.0"),
     "0.2.0": Case(_release("0.2.0"), "no_version", ["rl-insight 0.2.0", ">= 0.3.0"], installed="0.2.0"),
     "0.2.0-no-metadata": Case(
         _release("0.2.0", installed=None), "no_version", ["version unknown", ">= 0.3.0"], installed=None
     ),
-    "0.3.0rc1": Case(
-        _release("0.3.0", version="0.3.0rc1", installed="0.3.0rc1"),
-        "version_too_old",
-        ["0.3.0rc1", ">= 0.3.0"],
-        version="0.3.0rc1",
-        installed="0.3.0rc1",
-    ),
-    "0.2.9-claims": Case(
-        _release("0.3.0", version="0.2.9", installed="0.2.9"),
-        "version_too_old",
-        ["0.2.9", ">= 0.3.0"],
-        version="0.2.9",
-        installed="0.2.9",
-    ),
+    "0.3.0rc1": _claiming("0.3.0rc1", "version_too_old", ["0.3.0rc1", ">= 0.3.0"]),
+    "0.2.9-claims": _claiming("0.2.9", "version_too_old", ["0.2.9", ">= 0.3.0"]),
     "unknown": Case(
         _release("0.3.0", version="unknown", installed=None),
         "version_unparsable",
         ["'unknown'", ">= 0.3.0"],
         version="unknown",
     ),
-    "1.0-without-trace_span": Case(
-        _release("0.3.0", version="1.0", installed="1.0", trace_span=None),
-        "no_trace_span",
-        ["1.0", "trace_span"],
-        version="1.0",
-        installed="1.0",
-    ),
+    "1.0-without-trace_span": _claiming("1.0", "no_trace_span", ["1.0", "trace_span"], trace_span=None),
     "trace_span-not-callable": Case(
         _release("0.3.0", trace_span="trace_span"),
         "no_trace_span",
         ["0.3.0", "trace_span"],
-        version="0.3.0",
-        installed="0.3.0",
+        **SAYS_0_3_0,
     ),
     "missing": Case(_missing, "not_installed", ["not installed", ">= 0.3.0"]),
     "import-raises": Case(
@@ -175,25 +166,16 @@ UNUSABLE: dict[str, Case] = {
         ["omegaconf"],
         installed="0.3.0",
     ),
-    "no-server-url": Case(
-        _no_url, "no_server_url", ["rl-insight 0.3.0", "RL_INSIGHT_SERVER_URL"], version="0.3.0", installed="0.3.0"
-    ),
+    "no-server-url": Case(_no_url, "no_server_url", ["rl-insight 0.3.0", "RL_INSIGHT_SERVER_URL"], **SAYS_0_3_0),
     "ray-not-initialized": Case(
         _ray(False),
         "ray_not_initialized",
         ["rl-insight 0.3.0", "Ray is not initialized"],
-        version="0.3.0",
-        installed="0.3.0",
+        **SAYS_0_3_0,
     ),
-    "ray-not-installed": Case(
-        _ray(None), "ray_not_initialized", ["Ray is not initialized"], version="0.3.0", installed="0.3.0"
-    ),
-    "init-leaves-it-off": Case(
-        _init_does_nothing, "init_failed", ["0.3.0", "off after init"], version="0.3.0", installed="0.3.0"
-    ),
-    "init-raises": Case(
-        _init_raises, "init_failed", ["ConnectionError", "hub unreachable"], version="0.3.0", installed="0.3.0"
-    ),
+    "ray-not-installed": Case(_ray(None), "ray_not_initialized", ["Ray is not initialized"], **SAYS_0_3_0),
+    "init-leaves-it-off": Case(_init_does_nothing, "init_failed", ["0.3.0", "off after init"], **SAYS_0_3_0),
+    "init-raises": Case(_init_raises, "init_failed", ["ConnectionError", "hub unreachable"], **SAYS_0_3_0),
 }
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))  # `import stack`
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `import otlp_receiver`
 
 import harness
 import stack
@@ -72,6 +73,35 @@ def ray_local(verl_files: dict[str, Path]) -> Iterator[stack.RayLoopback]:
             patch.delenv(name)
         with stack.ray_loopback({**integration.HUB_ENV, **worker_env}) as ray_info:
             yield ray_info
+
+
+@pytest.fixture(scope="session")
+def agent_loop_on_ray(
+    ray_local: stack.RayLoopback, verl_files: dict[str, Path]
+) -> Callable[[int], harness.RayAgentLoop]:
+    """``agent_loop_on_ray(num_workers)``: verl's ``AgentLoopManager`` starting that many ``AgentLoopWorker``
+    actors on the loopback Ray, with the stand-ins (scripted LLM server, load balancer) and verl's real
+    ``RewardLoopWorker`` as Ray actors too."""
+    import ray
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    def start(num_workers: int) -> harness.RayAgentLoop:
+        config = harness.make_config(
+            verl_files["model"], tools=(verl_files["tools_yaml"], verl_files["function_tools"]), num_workers=num_workers
+        )
+        server = ray.remote(num_cpus=0)(harness.ScriptedServer).remote(str(verl_files["model"]))
+        balancer = ray.remote(num_cpus=0)(harness.LoadBalancer).remote(server)
+        reward = ray.remote(num_cpus=0)(RewardLoopWorker).remote(config)
+        manager = AgentLoopManager.create(
+            config,
+            llm_client=LLMServerClient(config, load_balancer_handle=balancer),
+            reward_loop_worker_handles=[reward],
+        )
+        return harness.RayAgentLoop(config=config, manager=manager, server=server)
+
+    return start
 
 
 @pytest.fixture(autouse=True)

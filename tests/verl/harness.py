@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ __all__ = [
     "OVERRIDE_TEXT",
     "TOOL_CALLS",
     "LoadBalancer",
+    "RayAgentLoop",
     "ScriptedServer",
     "build_model_dir",
     "build_tools",
@@ -48,7 +51,24 @@ __all__ = [
     "records",
     "user_environment",
     "verl_cpu",
+    "worker_spans",
 ]
+
+
+@dataclass(frozen=True)
+class RayAgentLoop:
+    """verl's ``AgentLoopManager`` with its ``AgentLoopWorker`` actors on Ray (the ``agent_loop_on_ray`` fixture)."""
+
+    config: Any
+    """The verl config they were made with (:func:`make_config`)."""
+    manager: Any
+    server: Any
+    """The :class:`ScriptedServer` actor behind the load balancer (``get_calls`` says what it was asked)."""
+
+
+def worker_spans(spans_dir: Path) -> list[dict[str, Any]]:
+    """The records the Ray workers' bridges wrote to their (default) span directory."""
+    return [json.loads(line) for path in sorted(spans_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
 
 
 def user_environment(tmp_path: Path) -> dict[str, str]:

@@ -14,7 +14,8 @@ from typing import Any
 import harness
 import pytest
 import stack
-from stack import OtlpReceiver, ReceivedSpan, RlInsightHub
+from otlp_receiver import OtlpReceiver, ReceivedSpan
+from stack import RlInsightHub
 
 from verl_otel_bridge._internal import current
 from verl_otel_bridge._internal.protocol import GENERIC_IDENTITY_KEYS
@@ -45,7 +46,7 @@ def run(config: Any, model_dir: Path, batch: Any) -> harness.ScriptedServer:
 
 @pytest.fixture
 def fresh_otlp_receiver() -> Any:
-    with stack.OtlpReceiver() as receiver:
+    with OtlpReceiver() as receiver:
         yield receiver
 
 
@@ -54,7 +55,7 @@ def test_otlp_exporter_receives_each_trajectorys_tree(
 ) -> None:
     assert stack.listening_addresses(fresh_otlp_receiver.port) == {"127.0.0.1"}
     monkeypatch.setenv("VERL_OTEL_BRIDGE_EXPORTER", "otlp")
-    monkeypatch.setenv("VERL_OTEL_BRIDGE_OTLP_ENDPOINT", fresh_otlp_receiver.endpoint)
+    monkeypatch.setenv("VERL_OTEL_BRIDGE_OTLP_ENDPOINT", fresh_otlp_receiver.url)
     config = harness.make_config(verl_files["model"], tools=(verl_files["tools_yaml"], verl_files["function_tools"]))
     server = run(config, verl_files["model"], harness.make_batch(1, n=2, step=4, agent_name="tool_agent"))
     # generate_sequences flushed before returning: everything is there already, the wait only bounds decoding

@@ -9,20 +9,14 @@ real ``RewardLoopWorker`` are Ray actors too.
 
 from __future__ import annotations
 
-import json
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import harness
-import stack
 
 import verl_otel_bridge as vob
 from verl_otel_bridge.testing import capture_spans
-
-
-def worker_spans(spans_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for path in sorted(spans_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
 
 
 def bridge_warnings() -> dict[int, list[str]]:
@@ -43,31 +37,18 @@ NO_DESTINATION = "verl_otel_bridge: no destination is configured for spans"
 
 
 def test_agent_loop_manager_on_ray_traces_every_trajectory_under_the_trainers_step(
-    ray_local: stack.RayLoopback, verl_files: dict[str, Path]
+    agent_loop_on_ray: Callable[[int], harness.RayAgentLoop], verl_files: dict[str, Path]
 ) -> None:
     import ray
-    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
-    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
     from verl.protocol import DataProto
-    from verl.workers.rollout.llm_server import LLMServerClient
 
-    config = harness.make_config(
-        verl_files["model"], tools=(verl_files["tools_yaml"], verl_files["function_tools"]), num_workers=1
-    )
-    server = ray.remote(num_cpus=0)(harness.ScriptedServer).remote(str(verl_files["model"]))
-    balancer = ray.remote(num_cpus=0)(harness.LoadBalancer).remote(server)
-    reward = ray.remote(num_cpus=0)(RewardLoopWorker).remote(config)
-    manager = AgentLoopManager.create(
-        config,
-        llm_client=LLMServerClient(config, load_balancer_handle=balancer),
-        reward_loop_worker_handles=[reward],
-    )
+    loop = agent_loop_on_ray(1)
     batch = DataProto.concat(
         [harness.make_batch(1, n=2, step=11, agent_name="tool_agent"), harness.make_batch(1, n=2, step=11, first=1)]
     )
     with capture_spans() as capture:
         with vob.span("training_step") as step_span:
-            output = manager.generate_sequences(batch)
+            output = loop.manager.generate_sequences(batch)
         (driver_step,) = harness.records(capture.spans)
     assert len(output) == 4
     # Only verl's switch is set: the worker writes to the default directory, a private file of its own, and its
@@ -77,8 +58,8 @@ def test_agent_loop_manager_on_ray_traces_every_trajectory_under_the_trainers_st
     assert path.name.startswith("spans-") and f"-{pid}-" in path.name
     assert len(said) == 1 and str(path) in said[0] and f"verl-otel-bridge report {verl_files['spans']}" in said[0]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    spans = worker_spans(verl_files["spans"])
-    calls = ray.get(server.get_calls.remote(), timeout=60)
+    spans = harness.worker_spans(verl_files["spans"])
+    calls = ray.get(loop.server.get_calls.remote(), timeout=60)
     groups = harness.by_trajectory(spans)
     assert sorted(groups) == [("100", "0"), ("100", "1"), ("101", "0"), ("101", "1")]
     for (sample, session), group in groups.items():

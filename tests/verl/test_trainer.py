@@ -5,7 +5,7 @@ models; what it does around them runs here for real: ``marked_timer`` as importe
 into ``verl.trainer.ppo.ray_trainer`` (the name ``fit`` calls), verl's ``Tracking``
 made as ``fit`` makes it and logging each step as ``fit`` does, and in ``gen`` a real
 ``AgentLoopManager.generate_sequences`` whose ``AgentLoopWorker`` Ray actors run the
-trajectories (``test_ray.py``'s setup). The phases inside ``step`` are the ones that
+trajectories (the ``agent_loop_on_ray`` fixture, as in ``test_ray.py``). The phases inside ``step`` are the ones that
 run on CPU (``gen``, ``reward``, ``adv`` with verl's own GRPO advantage); the model
 updates are not run.
 
@@ -21,15 +21,13 @@ import os
 import subprocess
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import harness
 import pytest
-import stack
 from click.testing import CliRunner
-from test_ray import worker_spans
 
 from verl_otel_bridge._internal.report.html import render_html
 from verl_otel_bridge._internal.verl import tracing, trainer
@@ -91,25 +89,16 @@ def run_step(manager: Any, logger: Any, global_steps: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def training_steps(
-    ray_local: stack.RayLoopback, verl_files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+    agent_loop_on_ray: Callable[[int], harness.RayAgentLoop],
+    verl_files: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, Any]]:
     """Two steps on Ray: the trainer's spans (records), the workers' spans of those steps, the metrics logged."""
-    import ray
     from omegaconf import OmegaConf
-    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
-    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
     from verl.utils.tracking import Tracking
-    from verl.workers.rollout.llm_server import LLMServerClient
 
-    config = harness.make_config(
-        verl_files["model"], tools=(verl_files["tools_yaml"], verl_files["function_tools"]), num_workers=2
-    )
-    server = ray.remote(num_cpus=0)(harness.ScriptedServer).remote(str(verl_files["model"]))
-    balancer = ray.remote(num_cpus=0)(harness.LoadBalancer).remote(server)
-    reward = ray.remote(num_cpus=0)(RewardLoopWorker).remote(config)
-    manager = AgentLoopManager.create(
-        config, llm_client=LLMServerClient(config, load_balancer_handle=balancer), reward_loop_worker_handles=[reward]
-    )
+    loop = agent_loop_on_ray(2)
+    config = loop.config
     with capture_spans() as capture:
         # as RayPPOTrainer.fit makes it
         logger = Tracking(
@@ -118,11 +107,11 @@ def training_steps(
             default_backend=[],
             config=OmegaConf.to_container(config, resolve=True),
         )
-        logged = {step: run_step(manager, logger, step) for step in STEPS}
+        logged = {step: run_step(loop.manager, logger, step) for step in STEPS}
         assert capture.bridge.force_flush(30)
         driver = harness.records(capture.spans)
     traces = {r["trace_id"] for r in driver}
-    workers = [r for r in worker_spans(verl_files["spans"]) if r["trace_id"] in traces]
+    workers = [r for r in harness.worker_spans(verl_files["spans"]) if r["trace_id"] in traces]
     capture_file = tmp_path_factory.mktemp("training-steps") / CAPTURE_NAME
     lines = [json.dumps(r, sort_keys=True) for r in sorted(driver + workers, key=lambda r: r["start_time_ns"])]
     capture_file.write_text("\n".join(lines) + "\n")
