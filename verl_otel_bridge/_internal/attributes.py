@@ -260,12 +260,21 @@ def span_attributes(span: Any) -> dict[str, Any]:
     ``span.attributes`` wraps the container in a read-only view on each read; for a
     span of another SDK (or another layout) this is :func:`attributes_dict` of it.
     """
+    return dict(held_attributes(span))
+
+
+def held_attributes(span: Any) -> Mapping[str, Any]:
+    """An ended SDK span's attributes as the span holds them, not copied: for reading only.
+
+    An ended span's attributes no longer change. For a span of another SDK (or another
+    layout) this is :func:`attributes_dict` of it.
+    """
     try:
         held = span._attributes
         if held.__class__ is BoundedAttributes:
-            return held._dict.copy()
-        if held.__class__ is dict:  # a ReadableSpan made from a dict (an exporter's translated copy)
-            return held.copy()
+            return held._dict  # type: ignore[no-any-return]
+        if held.__class__ is dict:
+            return held  # type: ignore[no-any-return]
     except AttributeError:
         pass
     return attributes_dict(span.attributes)

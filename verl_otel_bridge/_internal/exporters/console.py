@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TextIO
 
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-from verl_otel_bridge._internal.records import span_to_record
+from verl_otel_bridge._internal.records import RecordLines
 
 
 def console_exporter(out: TextIO | None = None) -> ConsoleSpanExporter:
     """OpenTelemetry's console exporter, writing the bridge's compact JSON records."""
     return ConsoleSpanExporter(
         out=out if out is not None else sys.stdout,
-        formatter=lambda span: json.dumps(span_to_record(span), ensure_ascii=False) + "\n",
+        formatter=RecordLines().line,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import threading
@@ -20,7 +19,7 @@ from verl_otel_bridge._internal.config import ConfigError
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.private_files import DIRECTORY_MODE, open_private_output
-from verl_otel_bridge._internal.records import span_to_record
+from verl_otel_bridge._internal.records import RecordLines
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +66,7 @@ class JsonlSpanExporter(SpanExporter):
         self._file: BinaryIO | None = None
         self._closed = False
         self._once = OnceLogger(logger)
+        self._lines = RecordLines()
         self._new_lock()
         reinit_after_fork(self._new_lock)
         if not _OPEN_ON_FIRST_EXPORT.get():
@@ -87,8 +87,7 @@ class JsonlSpanExporter(SpanExporter):
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = "".join(json.dumps(span_to_record(span), ensure_ascii=False) + "\n" for span in spans)
-        data = lines.encode("utf-8")
+        data = "".join(map(self._lines.line, spans)).encode("utf-8")
         with self._lock:
             if self._file is None and not self._closed:
                 try:

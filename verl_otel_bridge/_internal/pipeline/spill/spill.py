@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from verl_otel_bridge._internal.pipeline.spill.drain import DrainThread, DrainTo
 from verl_otel_bridge._internal.pipeline.spill.health import Health
 from verl_otel_bridge._internal.pipeline.spill.segments import SegmentStore
 from verl_otel_bridge._internal.pipeline.spill.settings import FROM_QUEUE, SpillSettings
-from verl_otel_bridge._internal.records import span_to_record
+from verl_otel_bridge._internal.records import RecordLines
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +41,7 @@ class Spill:
         self._dropping = 0
         self._drop_warning = Reminder(logger, DROP_WARNING_INTERVAL_S)
         self._store = SegmentStore(settings.directory, settings.max_bytes)
+        self._lines = RecordLines()
         # The caller only appends to this byte-bounded queue; its thread writes the files.
         self._buffer = ExportQueue(
             self._write_buffered,
@@ -64,10 +64,7 @@ class Spill:
 
         True when all of them were written.
         """
-        lines = [
-            (json.dumps({**span_to_record(span), "spilled_from": spilled_from}, ensure_ascii=False) + "\n").encode()
-            for span in spans
-        ]
+        lines = [self._lines.line(span, spilled_from=spilled_from).encode() for span in spans]
         fit = self._store.append(lines, again=self._drain.is_current())
         if fit:
             self.counts.add(SPILLED, fit)
