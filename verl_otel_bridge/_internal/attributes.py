@@ -272,9 +272,9 @@ def held_attributes(span: Any) -> Mapping[str, Any]:
     try:
         held = span._attributes
         if held.__class__ is BoundedAttributes:
-            return held._dict  # type: ignore[no-any-return]
+            return held._dict
         if held.__class__ is dict:
-            return held  # type: ignore[no-any-return]
+            return held
     except AttributeError:
         pass
     return attributes_dict(span.attributes)
