@@ -41,6 +41,7 @@ from verl_otel_bridge._internal.pipeline.processors import (
     IdentitySpanProcessor,
 )
 from verl_otel_bridge._internal.protocol import SESSION_SPAN_NAME
+from verl_otel_bridge._internal.sampler import default_sampler
 from verl_otel_bridge._internal.scopes import SpanBlock
 from verl_otel_bridge._internal.session import Session, session_start_attributes
 from verl_otel_bridge._internal.signals import flush_on_sigterm
@@ -90,7 +91,9 @@ class Bridge:
             self._pipeline = build_pipeline(self.config, self.counts)
             self._processor = self._pipeline.processor
             self._provider = provider or TracerProvider(
-                resource=Resource.create({"service.name": self.config.service_name}), shutdown_on_exit=False
+                resource=Resource.create({"service.name": self.config.service_name}),
+                sampler=default_sampler(),
+                shutdown_on_exit=False,
             )
             processors = BridgeSpanProcessors(self._identity_processor, self._inflight, self._processor)
             self._provider.add_span_processor(processors)
