@@ -21,7 +21,7 @@ from opentelemetry.util.types import Attributes
 
 #: ``OTEL_TRACES_SAMPLER``'s value for what this sampler decides (also the SDK's default).
 SDK_NAME = "parentbased_always_on"
-_DESCRIPTION = ParentBased(ALWAYS_ON).get_description()
+_DESCRIPTION: str = ParentBased(ALWAYS_ON).get_description()  # type: ignore[no-untyped-call]
 
 
 class ParentBasedAlwaysOn(Sampler):
