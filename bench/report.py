@@ -209,7 +209,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 measured["cpu_us_per_span"] <= limit,
                 f"median of {measured['rounds']} rounds of {measured['spans']:,} spans "
                 f"({', '.join(map(str, measured['cpu_us_per_span_rounds']))}); exporter none "
-                f"{export_cpu['none']['cpu_us_per_span']:.1f} us",
+                f"{export_cpu['none']['cpu_us_per_span']:.1f} us" + _bare_otel_note(export_cpu),
             )
     memory = results.get("memory")
     if memory:
@@ -373,6 +373,16 @@ def _memory_text(results: dict[str, Any]) -> str:
     )
 
 
+def _bare_otel_note(export_cpu: dict[str, Any]) -> str:
+    """The same run's bare-SDK baselines (bench/export_cpu.py), if measured."""
+    if not all(name in export_cpu for name in ("otel_none", "otel_otlp")):
+        return ""
+    return (
+        f"; the bare OpenTelemetry SDK, same sessions: {export_cpu['otel_none']['cpu_us_per_span']:.1f} us with "
+        f"a no-op exporter, {export_cpu['otel_otlp']['cpu_us_per_span']:.1f} us with its OTLPSpanExporter"
+    )
+
+
 def _export_cpu_text(results: dict[str, Any]) -> str:
     export_cpu = results.get("export_cpu") or {}
     if "error" in export_cpu or not export_cpu:
@@ -391,7 +401,9 @@ def _export_cpu_text(results: dict[str, Any]) -> str:
         "Sessions of 8 spans (session, task, six turns with their details) made back to back, then flushed; "
         "the process's CPU time (caller and every bridge thread) until the exporter holds them all, divided by "
         "the spans. `otlp` sends to a receiver in another process. A fresh bridge per round, exporters "
-        "alternating.\n\n" + "\n".join(rows)
+        "alternating. `otel_none` and `otel_otlp`: the bare OpenTelemetry SDK making the same sessions (the "
+        "identity written by hand on every span, a `BatchSpanProcessor`) with a no-op exporter and with "
+        "OpenTelemetry's own `OTLPSpanExporter` (protobuf over HTTP) to the same receiver.\n\n" + "\n".join(rows)
     )
 
 

@@ -108,6 +108,7 @@ async def bench(rounds: int, prompts: int, n: int, exporter: str, latency_s: flo
         results[f"{agent_name}@{latency * 1000:g}"] = summarise(samples, prompts * n, calls, spans)
     os.environ.pop(SWITCH_ENV, None)
     results["rollout_trace_op_us"] = await trace_op_cost(20_000, max(rounds, 5))
+    results["bare_span_us"] = bare_span_cost(20_000, max(rounds, 5))
     status = bridge.status()
     bridge.shutdown()
     results["spans_exported"] = status["counters"]["exported"]
@@ -139,6 +140,44 @@ async def trace_op_cost(calls: int, rounds: int) -> dict[str, float]:
                 await method(client, "r", prompt_ids=prompt, sampling_params=params)
             samples[name].append(1e6 * (time.thread_time() - started) / calls)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def bare_span_cost(spans: int, rounds: int) -> float:
+    """CPU µs of one bare OpenTelemetry SDK span with the bridge's identity and three attributes of its own,
+    inside a parent, through a ``BatchSpanProcessor`` and a no-op exporter (median of ``rounds``): what any
+    SDK-based tracer pays per span here before doing anything of its own."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class NoOp(SpanExporter):
+        def export(self, batch: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(NoOp()))
+    tracer = provider.get_tracer("bench")
+    identity = {
+        "project": "p",
+        "experiment_name": "e",
+        "sample": "0",
+        "session": "0",
+        "traj": "0",
+        "state_lane_id": "experiment=e/sample=0/session=0/traj=0",
+        "uid": "u",
+        "global_steps": 1,
+        "session_id": "s",
+    }
+    samples = []
+    with tracer.start_as_current_span("parent"):
+        for _ in range(rounds):
+            started = time.process_time()
+            for turn in range(spans):
+                with tracer.start_as_current_span("agent_turn", attributes={**identity, "turn": turn}) as span:
+                    span.set_attributes({"prompt_tokens": 512, "completion_tokens": 64})
+            provider.force_flush()
+            samples.append(1e6 * (time.process_time() - started) / spans)
+    provider.shutdown()
+    return statistics.median(samples)
 
 
 def _paired(samples: dict[str, list[tuple[float, float, float]]], top: str, bottom: str, clock: int) -> float:
@@ -205,9 +244,30 @@ def markdown(results: dict[str, Any], rounds: int, exporter: str) -> str:
             "`LLMServerClient.generate`'s parameters (medians of 20,000 calls a round): verl's own wrapper "
             f"{op['verl']:.2f}, the plugin's pass-through {op['plugin']:.2f}, the bare method {op['bare']:.2f}.",
             "",
+            *_floor_lines(results),
+            "",
             END,
         ]
     )
+
+
+def _floor_lines(results: dict[str, Any]) -> list[str]:
+    """What the spans alone would cost with the bare OpenTelemetry SDK, against each setting's ``unset`` CPU."""
+    bare = results["bare_span_us"]
+    floors = []
+    for key, r in results.items():
+        if "@" in key:
+            unset_ms = r["cpu"]["unset_median_s"] * 1000
+            floors.append(
+                f"`{key.replace('@', '` at ')} ms: {r['spans_per_call']} spans = "
+                f"{r['spans_per_call'] * bare / 1000:.1f} ms, {1 + r['spans_per_call'] * bare / 1000 / unset_ms:.3f} "
+                "of `unset`"
+            )
+    return [
+        f"The bare OpenTelemetry SDK's own span (identity and two attributes, a `BatchSpanProcessor`, a no-op "
+        f"exporter) costs {bare:.1f} µs of process CPU here (same run), so the spans alone, before any work of the "
+        "bridge, would make a call cost: " + "; ".join(floors) + "."
+    ]
 
 
 def main() -> None:
