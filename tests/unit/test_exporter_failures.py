@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -128,6 +129,23 @@ def test_a_flush_with_a_hung_exporter_times_out(
     started = time.monotonic()
     assert getattr(bridge, flush)(timeout_s=0.3) is False
     assert time.monotonic() - started < 2
+
+
+def test_flush_queued_need_not_wait_for_a_server_that_never_answers(make_bridge: Callable[..., Bridge]) -> None:
+    with socket.socket() as silent:  # connections complete in the kernel's backlog; nothing ever answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}/v1/traces"
+        bridge = make_bridge(exporter="otlp", otlp_endpoint=endpoint, schedule_delay_ms=3_600_000)
+        for _ in range(3):
+            with bridge.span("s"):
+                pass
+        assert bridge.flush_queued(timeout_s=WAIT_S, wait_for_network=False) is True  # handed to the export thread
+        assert bridge.status()["pending"]["queued"] == 0
+        assert bridge.flush_queued(timeout_s=0.3) is False  # sent: never
+        bridge.shutdown(timeout_s=0.5)
+    counters = bridge.status()["counters"]
+    assert counters["ended"] == 3 and counters["dropped"] + counters["failed"] == 3  # counted, not lost silently
 
 
 def test_flush_queued_returns_once_the_ended_spans_are_written(

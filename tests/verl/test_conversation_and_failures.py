@@ -4,6 +4,7 @@ and verl's own ``rollout_trace_op`` with backend ``otel``."""
 from __future__ import annotations
 
 import json
+import socket
 import types
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from test_plugin import run, tools_config
 
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal.exporters.vocabulary import generic_span
+from verl_otel_bridge._internal.verl import tracing
 from verl_otel_bridge.testing import SpanCapture, capture_spans
 from verl_otel_bridge.verl.plugin import SWITCH_ENV
 
@@ -156,6 +158,28 @@ def test_spans_of_a_failing_call_are_on_disk_when_it_raises(
     written = [json.loads(line) for line in path.read_text().splitlines()]
     assert sorted(s["name"] for s in written) == ["agent_session"] * 2 + ["agent_task"] * 2 + ["agent_turn"] * 2
     assert all(s["status"]["code"] == "ERROR" for s in written)
+
+
+def test_a_call_that_succeeds_never_waits_for_a_server_that_never_answers(
+    verl_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Waiting for the send would hold the call until `run`'s 120 s bound: both timeouts are an hour.
+    monkeypatch.setattr(tracing, "FLUSH_TIMEOUT_S", 3600.0)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "3600")
+    with socket.socket() as silent:  # connections complete in the kernel's backlog; nothing ever answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        bridge = vob.configure(
+            exporter="otlp",
+            otlp_endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}/v1/traces",
+            schedule_delay_ms=3_600_000,
+            shutdown_timeout_s=1.0,
+        )
+        output, _server = run(harness.make_config(verl_files["model"]), verl_files["model"], harness.make_batch(2))
+        assert len(output) == 2
+        status = bridge.status()
+        assert status["counters"]["ended"] == 6 and status["pending"]["queued"] == 0  # handed to the export thread
+        vob.shutdown()
 
 
 # --------------------------------------------------------------------------- verl's own rollout tracing

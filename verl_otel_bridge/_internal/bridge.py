@@ -309,15 +309,19 @@ class Bridge:
             return True
         return self._provider.force_flush(int(timeout_s * 1000))
 
-    def flush_queued(self, timeout_s: float = 5.0) -> bool:
+    def flush_queued(self, timeout_s: float = 5.0, *, wait_for_network: bool = True) -> bool:
         """Wait until the spans ended so far are exported by the export thread (at most ``timeout_s``);
         False on timeout.
 
         Lighter than :meth:`force_flush` (for the end of a unit of work, e.g. verl's
         ``generate_sequences``): sessions held for sampling stay held, the spill is not
-        drained and no exporter's own flush runs.
+        drained and no exporter's own flush runs. With ``wait_for_network=False``, when
+        spans go over the network (``otlp``, RL-Insight), only until the export thread
+        has taken them: the caller does not wait for a slow or unreachable server.
         """
-        return self._processor.flush_queued(timeout_s) if self._processor is not None else True
+        if self._processor is None:
+            return True
+        return self._processor.flush_queued(timeout_s, wait_for_network=wait_for_network)
 
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Flush (at most ``timeout_s``, default the config's ``shutdown_timeout_s``) and stop.

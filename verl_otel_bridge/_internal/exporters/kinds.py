@@ -1,7 +1,8 @@
 """The one table of exporter kinds a config can name (all but ``auto``/``rl_insight``, which the route decides).
 
 Each :class:`ExporterKind` says how the exporter is built from a config, how
-``doctor`` checks it, and whether it runs inline (no I/O, so no export queue).
+``doctor`` checks it, whether it runs inline (no I/O, so no export queue), and
+whether it sends over the network.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ Check = dict[str, Any]
 
 @dataclass(frozen=True)
 class ExporterKind:
-    """One exporter name: how it is built, how ``doctor`` checks it, whether it runs inline.
+    """One exporter name: how it is built, how ``doctor`` checks it, whether it runs inline, whether it
+    sends over the network (then the end of a unit of work does not wait for it: see ``Bridge.flush_queued``).
 
     ``check(config, environ, timeout_s)`` says what the exporter would do with spans and
     whether the bridge could build it, without building it (``otlp`` asks its endpoint).
@@ -37,6 +39,7 @@ class ExporterKind:
     build: Callable[[BridgeConfig], SpanExporter]
     check: Callable[[BridgeConfig, Mapping[str, str], float], Check]
     inline: bool = False
+    network: bool = False
 
 
 def _said(detail: Callable[[BridgeConfig], str]) -> Callable[[BridgeConfig, Mapping[str, str], float], Check]:
@@ -108,7 +111,10 @@ KINDS: dict[str, ExporterKind] = {
             _said(lambda config: "one JSON line per span on standard output"),
         ),
         ExporterKind(
-            "otlp", lambda config: GenericVocabularySpanExporter(otlp_exporter(config), config.project), _check_otlp
+            "otlp",
+            lambda config: GenericVocabularySpanExporter(otlp_exporter(config), config.project),
+            _check_otlp,
+            network=True,
         ),
         ExporterKind("none", lambda config: DiscardSpanExporter(), _said(lambda config: "discarded"), inline=True),
     )
@@ -139,6 +145,11 @@ def named_exporter(name: str, config: BridgeConfig) -> SpanExporter:
 def check_exporter(name: str, config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) -> Check:
     """``doctor``'s check of exporter ``name``: ``{"exporter", "ok", "detail"}`` (and ``"fix"`` when it has one)."""
     return {"exporter": name, **kind(name).check(config, environ, timeout_s)}
+
+
+def network(names: tuple[str, ...]) -> bool:
+    """Whether any of ``names`` sends over the network."""
+    return any(kind(name).network for name in names)
 
 
 def inline(names: tuple[str, ...]) -> bool:

@@ -13,7 +13,7 @@ from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.exporters.base import exporter_report
 from verl_otel_bridge._internal.exporters.counting import CountingSpanExporter
 from verl_otel_bridge._internal.exporters.fanout import FanOutSpanExporter
-from verl_otel_bridge._internal.exporters.kinds import inline, named_exporter
+from verl_otel_bridge._internal.exporters.kinds import inline, named_exporter, network
 from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge._internal.exporters.redacting import with_redaction
 from verl_otel_bridge._internal.pipeline.processors import ExportSpanProcessor
@@ -224,7 +224,14 @@ def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
         if not inline(others):
             pipeline.queue = _queue(config)
     pipeline.exporter = with_redaction(pipeline.exporter, config.redact_attributes)
-    pipeline.processor = ExportSpanProcessor(pipeline.exporter, counts, pipeline.queue, spill, pipeline.sampler)
+    pipeline.processor = ExportSpanProcessor(
+        pipeline.exporter,
+        counts,
+        pipeline.queue,
+        spill,
+        pipeline.sampler,
+        network=route.wants_rl_insight or network(route.names),
+    )
     return pipeline
 
 

@@ -136,8 +136,12 @@ class ExportSpanProcessor(SpanProcessor):
         queue: QueueSettings | None,
         spill: Spill | None = None,
         sampler: SessionSampler | None = None,
+        *,
+        network: bool = False,
     ) -> None:
         self.exporter = exporter
+        #: Whether some destination sends over the network (see :meth:`flush_queued`).
+        self.network = network
         self.counts = counts
         self.queue = ExportQueue(self.export_batch, queue, self._uncount_dropped) if queue is not None else None
         self.spill = spill if self.queue is not None else None
@@ -196,13 +200,19 @@ class ExportSpanProcessor(SpanProcessor):
             flushed = self.spill.force_flush(_millis_left(deadline) / 1000) and flushed
         return flushed and within(deadline, lambda: self.exporter.force_flush(_millis_left(deadline)), "flush")
 
-    def flush_queued(self, timeout_s: float) -> bool:
+    def flush_queued(self, timeout_s: float, *, wait_for_network: bool = True) -> bool:
         """Wait (at most ``timeout_s``) until the spans queued so far were exported; False on timeout.
 
         Unlike :meth:`force_flush`, held sessions stay held, the spill is not drained and the
         exporter's own flush is not called: only what the export thread has in hand is waited for.
+        With ``wait_for_network`` False and a destination that sends over the network, until the
+        export thread has taken them (handed over, not yet sent).
         """
-        return self.queue.force_flush(timeout_s) if self.queue is not None else True
+        if self.queue is None:
+            return True
+        if self.network and not wait_for_network:
+            return self.queue.wait_taken(timeout_s)
+        return self.queue.force_flush(timeout_s)
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Flush what is queued and shut the exporter down, all within ``timeout_s``.

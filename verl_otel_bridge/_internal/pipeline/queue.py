@@ -77,6 +77,7 @@ class ExportQueue:
         self._enqueued = HotCounter()
         self._count_enqueued = self._enqueued.increment
         self._settled = 0
+        self._taken = 0
         self._in_flight = 0
         self._abandoned_in_flight = 0
         self._stopping = False
@@ -130,6 +131,18 @@ class ExportQueue:
                 and self._settled >= target
             )
 
+    def wait_taken(self, timeout_s: float) -> bool:
+        """Wait until the worker has taken every span queued before the call (it may still be exporting
+        them); False on timeout."""
+        with self._cond:
+            target = self._enqueued.read()
+        self._wake.set()
+        with self._cond:
+            return (
+                self._cond.wait_for(lambda: self._taken >= target or not self._worker.is_alive(), timeout_s)
+                and self._taken >= target
+            )
+
     def shutdown(self, timeout_s: float) -> int:
         """Export what is queued, stop the worker; returns spans abandoned on timeout.
 
@@ -167,6 +180,8 @@ class ExportQueue:
                         break
                     taken = take_batch(self._items, self._batch_size)
                     self._in_flight = len(taken)
+                    self._taken += len(taken)
+                    self._cond.notify_all()
                 self._budget.give(sum(size for _span, size in taken))
                 batch = [span for span, _size in taken]
                 try:

@@ -400,16 +400,18 @@ async def _worker_generate_sequences(wrapped: Any, instance: Any, args: Any, kwa
             if traced.open > 0:  # a failing call: its sibling trajectories (verl does not cancel them) end soon
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(traced.ended.wait(), FLUSH_TIMEOUT_S)
-            # Ray ends AgentLoopWorker actors without atexit, and a failing actor may not live on:
-            # what is still queued when the call ends would be lost.
-            await _flush(traced.bridges)
+            # Ray ends AgentLoopWorker actors without atexit, and a failing actor may not live on: what is
+            # still queued when the call ends would be lost. A call that succeeded waits for local files
+            # only: its actor lives on, and verl must not wait for a slow trace server.
+            await _flush(traced.bridges, wait_for_network=exc_info is not _NO_EXCEPTION)
 
 
-async def _flush(traced: list[Bridge]) -> None:
+async def _flush(traced: list[Bridge], *, wait_for_network: bool) -> None:
     loop = asyncio.get_running_loop()
     for bridge in {id(b): b for b in traced}.values():
+        flush = functools.partial(bridge.flush_queued, FLUSH_TIMEOUT_S, wait_for_network=wait_for_network)
         try:
-            await loop.run_in_executor(None, bridge.flush_queued, FLUSH_TIMEOUT_S)
+            await loop.run_in_executor(None, flush)
         except Exception as exc:  # noqa: BLE001
             _warn("flushing", exc)
 
