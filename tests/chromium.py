@@ -45,6 +45,9 @@ def command(profile: Path) -> list[str]:
 
 #: Bound of every wait on the browser; never reached when the page renders.
 DEVTOOLS_TIMEOUT_S = 90.0
+#: Bound of the wait for a page's text: a single-page app's first render of a few hundred
+#: spans takes seconds on an idle 2-core machine and far longer when other test sessions load it.
+PAGE_TIMEOUT_S = 180.0
 
 
 class _Devtools:
@@ -113,12 +116,18 @@ def screenshot(
     *,
     shows: Sequence[str],
     hides: Sequence[str] = (),
+    within: str = "body",
     local_storage: Mapping[str, str] | None = None,
     size: tuple[int, int] = (1440, 900),
+    timeout_s: float = PAGE_TIMEOUT_S,
 ) -> Path:
-    """A PNG of ``url`` in ``target``, taken once the page's text contains every string of ``shows``.
+    """A PNG of ``url`` in ``target``, taken once one element matching the CSS selector ``within``
+    shows every string of ``shows`` (waiting at most ``timeout_s``).
 
-    Fails if the page then contains any string of ``hides`` (a popup over the view).
+    Shown means on screen: a text node holds the string, its middle lies in the viewport, and
+    the element there is the node's own (not a popup over it, nor clipped by a scrolling
+    container). Fails if that is not so at capture time, or if the page's text then contains any
+    string of ``hides`` (a popup over the view).
 
     ``local_storage`` is set in the page's origin before its scripts run: single-page apps keep
     "already seen" flags of their onboarding popups there, and column choices.
@@ -143,21 +152,43 @@ def screenshot(
             source = f"if (location.origin === {json.dumps(_origin(url))}) {{ {setting} }}"
             devtools.call("Page.addScriptToEvaluateOnNewDocument", session, source=source)
         devtools.call("Page.navigate", session, url=url)
-        check = f"{json.dumps(list(shows))}.every(s => (document.body && document.body.innerText || '').includes(s))"
-        deadline = time.monotonic() + DEVTOOLS_TIMEOUT_S
-        while not devtools.call("Runtime.evaluate", session, expression=check, returnByValue=True)["result"]["value"]:
-            if time.monotonic() > deadline:
-                text = devtools.call(
-                    "Runtime.evaluate", session, expression="document.body.innerText", returnByValue=True
+        check = f"({_SHOWN_JS})({json.dumps(within)}, {json.dumps(list(shows))})"
+
+        def evaluate(expression: str) -> Any:
+            return devtools.call("Runtime.evaluate", session, expression=expression, returnByValue=True)["result"].get(
+                "value"
+            )
+
+        def shown() -> str:
+            return str(evaluate("document.body ? document.body.innerText : ''"))
+
+        def diagnosis() -> str:
+            found = {
+                string: (
+                    evaluate(f"({_SHOWN_JS})('body', {json.dumps([string])})"),
+                    evaluate(
+                        f"[...document.querySelectorAll({json.dumps(within)})]"
+                        f".some(e => (e.innerText || '').includes({json.dumps(string)}))"
+                    ),
                 )
+                for string in shows
+            }
+            return "; ".join(
+                f"{s!r}: on screen {seen}, in the text of a {within!r} {held}" for s, (seen, held) in found.items()
+            )
+
+        deadline = time.monotonic() + timeout_s
+        while not evaluate(check):
+            if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"{url} never showed {list(shows)}; it shows:\n{text['result'].get('value', '')[:2000]}"
+                    f"{url} never showed {list(shows)} in one {within!r} ({diagnosis()}); it shows:\n{shown()[:3000]}"
                 )
             time.sleep(0.2)
         # The text is there; let running transitions (fade-ins, layout) finish before the picture.
         devtools.call("Runtime.evaluate", session, expression=_SETTLE_JS, awaitPromise=True)
-        text = devtools.call("Runtime.evaluate", session, expression="document.body.innerText", returnByValue=True)
-        covering = [hidden for hidden in hides if hidden in text["result"]["value"]]
+        text = shown()
+        assert evaluate(check), f"{url} no longer shows {list(shows)} in one {within!r}; it shows:\n{text[:3000]}"
+        covering = [hidden for hidden in hides if hidden in text]
         assert not covering, f"{url} shows {covering} over the view"
         data = devtools.call("Page.captureScreenshot", session, format="png")["data"]
     finally:
@@ -166,6 +197,30 @@ def screenshot(
     target.write_bytes(base64.b64decode(data))
     return target
 
+
+#: Whether one element matching a selector shows each string on screen (see :func:`screenshot`).
+_SHOWN_JS = """
+(within, strings) => {
+  const onScreen = (root, s) => {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const at = node.data.indexOf(s);
+      if (at < 0) continue;
+      const range = document.createRange();
+      range.setStart(node, at);
+      range.setEnd(node, at + s.length);
+      for (const box of range.getClientRects()) {
+        const x = box.left + box.width / 2, y = box.top + box.height / 2;
+        if (x < 0 || y < 0 || x >= innerWidth || y >= innerHeight) continue;
+        const hit = document.elementFromPoint(x, y), own = node.parentElement;
+        if (hit && own.contains(hit)) return true;
+      }
+    }
+    return false;
+  };
+  return [...document.querySelectorAll(within)].some(e => strings.every(s => onScreen(e, s)));
+}
+"""
 
 #: Resolves after two animation frames once no CSS animation or transition is running (at most 5 s).
 _SETTLE_JS = """

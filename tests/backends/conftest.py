@@ -271,17 +271,26 @@ def screenshot(
     *,
     shows: Sequence[str],
     hides: Sequence[str] = (),
+    within: str = "body",
     local_storage: Mapping[str, str] | None = None,
 ) -> Path:
-    """A PNG of ``url`` by headless Chromium (into ``$SCREENSHOT_DIR`` if set) once it shows ``shows``.
+    """A PNG of ``url`` by headless Chromium (into ``$SCREENSHOT_DIR`` if set) once one element
+    matching ``within`` shows every string of ``shows`` on screen (:func:`chromium.screenshot`).
 
-    ``local_storage`` is set in the server's origin first (the app's "already seen" flags);
-    the page must show none of ``hides`` (the popups those flags keep away). Skips without Chromium.
+    ``local_storage`` is set in the server's origin first (the app's "already seen" flags, column
+    choices); the page must show none of ``hides`` (the popups those flags keep away). Skips
+    without Chromium.
     """
     assert url.startswith(f"http://{LOOPBACK}:"), url
     target = Path(os.environ.get(SCREENSHOT_DIR_ENV) or tmp_path) / f"{name}.png"
     shot = chromium.screenshot(
-        url, target, tmp_path / f"chromium-{name}", shows=shows, hides=hides, local_storage=local_storage
+        url,
+        target,
+        tmp_path / f"chromium-{name}",
+        shows=shows,
+        hides=hides,
+        within=within,
+        local_storage=local_storage,
     )
     assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), shot
     return shot

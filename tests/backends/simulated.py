@@ -23,6 +23,8 @@ class Sent:
     completion_tokens: int = 0
     conversations: dict[str, str] = field(default_factory=dict)  # conversation id -> status
     rewards: dict[str, float] = field(default_factory=dict)  # conversation id -> reward
+    inputs: dict[str, str] = field(default_factory=dict)  # conversation id -> the session's input
+    outputs: dict[str, str] = field(default_factory=dict)  # conversation id -> the session's output
 
     @property
     def failed(self) -> list[str]:
@@ -67,7 +69,7 @@ def run_agent_loop(bridge: vob.Bridge, experiment: str) -> Sent:
                             args = {"expression": "6*7"}
                             turn.record(tools="calculator", tool_args=args)
                             vob.record_io(output=tool(json.dumps(args)))
-                        answer = "I cannot tell." if failed else "42"
+                        answer = "I cannot tell." if failed else "6 x 7 = 42"
                         with s.turn(2, type="generate", input="calculator said 42") as turn:
                             turn.record(
                                 prompt_tokens=150 + sample,
@@ -94,4 +96,6 @@ def run_agent_loop(bridge: vob.Bridge, experiment: str) -> Sent:
                 sent.completion_tokens += 20 + session + 5 + session
                 sent.conversations[conversation] = "failed" if failed else "success"
                 sent.rewards[conversation] = reward
+                sent.inputs[conversation] = question
+                sent.outputs[conversation] = answer
     return sent

@@ -85,7 +85,7 @@ def test_request_response_and_tool_results_show(received: Any) -> None:
     for trace in traces:
         # MLflow previews the root span's input.value / output.value as JSON
         assert json.loads(trace.info.request_preview).startswith("What is 6 x 7?"), trace.info
-        assert json.loads(trace.info.response_preview) in ("42", "I cannot tell."), trace.info
+        assert json.loads(trace.info.response_preview) in ("6 x 7 = 42", "I cannot tell."), trace.info
         for span in trace.data.spans:
             if span.name in ("agent_session", "agent_task", "agent_turn"):
                 assert span.inputs is not None and span.outputs is not None, (span.name, span.attributes)
@@ -153,14 +153,33 @@ MLFLOW_SEEN = {
 }
 
 
+def reward_column(experiment_id: str) -> dict[str, str]:
+    """The traces table with the trace tag ``reward`` as a column of its own (hidden by default)
+    instead of the ``Tags`` column (one tag of each trace and a count of the others), and narrower
+    input and output columns, so that the reward fits in the window beside them.
+
+    MLflow 3.17.2's traces table keeps the user's column choices in localStorage:
+    ``mlflow.traces-v4.columns.<experiment id>_v4`` maps a column id (``tag:<key>`` for a trace
+    tag) to whether it shows, ``mlflow.traces-v4.column-sizes.<experiment id>_v3`` to its width.
+    """
+    return {
+        f"mlflow.traces-v4.columns.{experiment_id}_v4": json.dumps({"tags": False, "tag:reward": True}),
+        f"mlflow.traces-v4.column-sizes.{experiment_id}_v3": json.dumps({"input": 300, "output": 160}),
+    }
+
+
 def test_screenshot_of_the_traces_view(mlflow_server: Mlflow, received: Any, tmp_path: Path) -> None:
+    sent, _ = received
+    cid = max(sent.rewards, key=sent.rewards.__getitem__)
     url = f"{mlflow_server.server.url}/#/experiments/{mlflow_server.experiment_id}/traces"
     shot = screenshot(
         url,
         "mlflow-traces",
         tmp_path,
-        shows=["What is 6 x 7?", "42"],  # each session's request and response
+        # a session's request, response and reward, in one row of the table
+        shows=[sent.inputs[cid], sent.outputs[cid], str(sent.rewards[cid])],
+        within='[role="row"], tr',
         hides=["Detect Issues in Your Traces", "Ask questions about your"],
-        local_storage=MLFLOW_SEEN,
+        local_storage={**MLFLOW_SEEN, **reward_column(mlflow_server.experiment_id)},
     )
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one

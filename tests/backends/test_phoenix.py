@@ -16,7 +16,7 @@ PROJECT = "verl-otel-bridge-phoenix"
 PROJECT_QUERY = """
 query ($filter: String) { projects { edges { node { id name traceCount tokenCountPrompt tokenCountCompletion
   sessions(first: 1000) { edges { node { sessionId numTraces tokenUsage { prompt completion total }
-    rootSpan: traces(first: 10) { edges { node { rootSpan { statusCode } } } } } } }
+    rootSpan: traces(first: 10) { edges { node { traceId rootSpan { statusCode } } } } } } }
   spans(first: 1000, filterCondition: $filter) { edges { node { name spanKind statusCode statusMessage parentId
     attributes input { value } output { value } } } } } } } }
 """
@@ -131,11 +131,29 @@ def test_doctor_passes_against_phoenix(phoenix: Phoenix, monkeypatch: pytest.Mon
 
 
 def test_screenshot_of_the_sessions_view(phoenix: Phoenix, received: Any, tmp_path: Path) -> None:
-    _, node, _ = received
+    sent, node, _ = received
+    cid = next(iter(sent.conversations))
     shot = screenshot(
         f"{phoenix.server.url}/projects/{node['id']}/sessions",
         "phoenix-sessions",
         tmp_path,
-        shows=["What is 6 x 7?", "42", "uid-0"],  # each session's first input, last output and user
+        # a session's first input, last output and user, in one row of the table
+        shows=[sent.inputs[cid][:15], sent.outputs[cid], "uid-0"],
+        within='[role="row"], tr',
+    )
+    assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+def test_screenshot_of_a_sessions_trace_with_its_reward(phoenix: Phoenix, received: Any, tmp_path: Path) -> None:
+    sent, node, _ = received
+    cid = max(sent.rewards, key=sent.rewards.__getitem__)  # the first of the best sessions
+    session = next(e["node"] for e in node["sessions"]["edges"] if e["node"]["sessionId"] == cid)
+    [trace] = [t["node"]["traceId"] for t in session["rootSpan"]["edges"]]
+    # Phoenix opens a trace on its root span: the session's input, output and metadata (the reward)
+    shot = screenshot(
+        f"{phoenix.server.url}/projects/{node['id']}/traces/{trace}",
+        "phoenix-trace",
+        tmp_path,
+        shows=[sent.inputs[cid], sent.outputs[cid], "reward", str(sent.rewards[cid])],
     )
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
