@@ -35,9 +35,19 @@ _HEX = re.compile(r"[0-9a-f]+")
 
 def span_to_record(span: ReadableSpan) -> dict[str, Any]:
     """Describe ``span`` as a JSON-ready dict (:class:`RecordLines` writes it as a line)."""
+    return {
+        **_record_head(span, _plain(span_attributes(span))),
+        "resource": _plain(span.resource.attributes) if span.resource is not None else {},
+        "scope": span.instrumentation_scope.name if span.instrumentation_scope is not None else None,
+    }
+
+
+def _record_head(span: ReadableSpan, attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's fields up to its events (those that differ from span to span)."""
     context = span.get_span_context()
     parent = span.parent
     status = span.status
+    events = span_events(span)
     return {
         "name": span.name,
         "trace_id": format(context.trace_id, "032x") if context else None,
@@ -45,15 +55,14 @@ def span_to_record(span: ReadableSpan) -> dict[str, Any]:
         "parent_span_id": format(parent.span_id, "016x") if parent is not None else None,
         "start_time_ns": span.start_time,
         "end_time_ns": span.end_time,
-        "kind": span.kind.name,
-        "status": {"code": status.status_code.name, "description": status.description},
-        "attributes": _plain(span_attributes(span)),
+        "kind": _KIND_NAMES[span.kind],
+        "status": {"code": _STATUS_NAMES[status.status_code], "description": status.description},
+        "attributes": attributes,
         "events": [
-            {"name": event.name, "time_ns": event.timestamp, "attributes": _plain(event.attributes)}
-            for event in span.events
-        ],
-        "resource": _plain(span.resource.attributes) if span.resource is not None else {},
-        "scope": span.instrumentation_scope.name if span.instrumentation_scope is not None else None,
+            {"name": event.name, "time_ns": event.timestamp, "attributes": _plain(event.attributes)} for event in events
+        ]
+        if events
+        else [],
     }
 
 
@@ -74,29 +83,7 @@ class RecordLines:
 
     def line(self, span: ReadableSpan, **extra: str) -> str:
         """``span`` as one line (ending in a newline), with the ``extra`` fields after the record's own."""
-        context = span.get_span_context()
-        parent = span.parent
-        status = span.status
-        events = span_events(span)
-        head = self._encode(
-            {
-                "name": span.name,
-                "trace_id": format(context.trace_id, "032x") if context else None,
-                "span_id": format(context.span_id, "016x") if context else None,
-                "parent_span_id": format(parent.span_id, "016x") if parent is not None else None,
-                "start_time_ns": span.start_time,
-                "end_time_ns": span.end_time,
-                "kind": _KIND_NAMES[span.kind],
-                "status": {"code": _STATUS_NAMES[status.status_code], "description": status.description},
-                "attributes": held_attributes(span),
-                "events": [
-                    {"name": event.name, "time_ns": event.timestamp, "attributes": _plain(event.attributes)}
-                    for event in events
-                ]
-                if events
-                else [],
-            }
-        )
+        head = self._encode(_record_head(span, held_attributes(span)))
         resource, scope, tail = self._tail
         if resource is not span.resource or scope is not span.instrumentation_scope or not tail:
             tail = self._encode_tail(span.resource, span.instrumentation_scope)

@@ -122,25 +122,22 @@ class ExportQueue:
 
     def force_flush(self, timeout_s: float) -> bool:
         """Wait until every span queued before the call was exported; False on timeout."""
-        with self._cond:
-            target = self._enqueued.read()
-        self._wake.set()
-        with self._cond:
-            return (
-                self._cond.wait_for(lambda: self._settled >= target or not self._worker.is_alive(), timeout_s)
-                and self._settled >= target
-            )
+        return self._wait_for(lambda: self._settled, timeout_s)
 
     def wait_taken(self, timeout_s: float) -> bool:
         """Wait until the worker has taken every span queued before the call (it may still be exporting
         them); False on timeout."""
+        return self._wait_for(lambda: self._taken, timeout_s)
+
+    def _wait_for(self, reached: Callable[[], int], timeout_s: float) -> bool:
+        """Wake the worker and wait until ``reached()`` (read under the lock) counts every span queued now."""
         with self._cond:
             target = self._enqueued.read()
         self._wake.set()
         with self._cond:
             return (
-                self._cond.wait_for(lambda: self._taken >= target or not self._worker.is_alive(), timeout_s)
-                and self._taken >= target
+                self._cond.wait_for(lambda: reached() >= target or not self._worker.is_alive(), timeout_s)
+                and reached() >= target
             )
 
     def shutdown(self, timeout_s: float) -> int:
