@@ -51,7 +51,7 @@ from verl_otel_bridge._internal.protocol import (
 logger = logging.getLogger(__name__)
 
 
-Clean = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+Clean = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
 class SpanSource(Protocol):
@@ -73,7 +73,7 @@ class _Handle:
         self._clean = clean
 
     def _set(self, values: Mapping[str, Any]) -> None:
-        set_clean_attributes(self.span, self._clean({k: v for k, v in values.items() if v is not None}))
+        set_clean_attributes(self.span, self._clean(values))  # which leaves None values out
 
 
 class TaskHandle(_Handle):
@@ -150,10 +150,12 @@ class TurnHandle(_Handle):
             CONTENT: content,
             REASONING: reasoning,
         }
+        clean = self._clean(values)
+        # The twins are copies of values converted once.
         for key, twin in GEN_AI_TWINS.items():
-            value = values[key]
-            values[twin] = (value,) if key == FINISH_REASON and value is not None else value
-        self._set(values)
+            if key in clean:
+                clean[twin] = (clean[key],) if key == FINISH_REASON else clean[key]
+        set_clean_attributes(self.span, clean)
 
 
 class _TaskScope:

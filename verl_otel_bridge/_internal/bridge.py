@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import functools
 import logging
@@ -12,8 +11,8 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, overload
 
 from opentelemetry.sdk.resources import Resource
@@ -42,10 +41,9 @@ from verl_otel_bridge._internal.pipeline.processors import (
 )
 from verl_otel_bridge._internal.protocol import SESSION_SPAN_NAME
 from verl_otel_bridge._internal.sampler import default_sampler
-from verl_otel_bridge._internal.scopes import SpanBlock
-from verl_otel_bridge._internal.session import Session, session_start_attributes
+from verl_otel_bridge._internal.session import Session, SessionScope, session_start_attributes
 from verl_otel_bridge._internal.signals import flush_on_sigterm
-from verl_otel_bridge._internal.spans import NOOP_SPAN, F, SpanScope, StartSpan, record_error, timing_problem, traced_by
+from verl_otel_bridge._internal.spans import NOOP_SPAN, F, SpanScope, StartSpan, timing_problem, traced_by
 from verl_otel_bridge._internal.status import BridgeStatus, printable
 from verl_otel_bridge._version import __version__
 
@@ -122,8 +120,9 @@ class Bridge:
         """False when the config (or ``OTEL_SDK_DISABLED``) turned tracing off."""
         return self._provider is not None
 
-    @contextmanager
-    def session(self, *, state_lane_id: str | None = None, **identity: Unpack[IdentityFields]) -> Iterator[Session]:
+    def session(
+        self, *, state_lane_id: str | None = None, **identity: Unpack[IdentityFields]
+    ) -> AbstractContextManager[Session]:
         """Run the block as one agent-loop session (an ``agent_session`` span).
 
         Every span started inside, at any depth and in asyncio tasks created
@@ -144,33 +143,20 @@ class Bridge:
         ``bridge.session(**identity.to_dict())`` works: ``state_lane_id`` is
         accepted and checked (a mismatch is logged; the keys win).
         """
-        current = self.start_session(**identity)
-        span = current.span
-        if state_lane_id is not None and state_lane_id != current.identity.state_lane_id:
-            self._once.log(
-                "state_lane_id",
-                logging.WARNING,
-                "session(state_lane_id=%r) does not match its keys; using %r",
-                state_lane_id,
-                current.identity.state_lane_id,
-            )
-        with using_identity(current.identity):
-            block = SpanBlock(span)
-            try:
-                yield current
-            except BaseException as exc:
-                if span.is_recording():  # not ended meanwhile by shutdown (as unfinished): that ending stands
-                    record_error(span, exc)
-                    if not current.finished:
-                        current.finish(status="cancelled" if isinstance(exc, asyncio.CancelledError) else "error")
-                raise
-            else:
-                if span.is_recording() and not current.finished:
-                    current.finish(status="success")
-            finally:
-                block.close()
-                if span.is_recording():
-                    span.end()
+
+        def start() -> Session:
+            session = self.start_session(**identity)
+            if state_lane_id is not None and state_lane_id != session.identity.state_lane_id:
+                self._once.log(
+                    "state_lane_id",
+                    logging.WARNING,
+                    "session(state_lane_id=%r) does not match its keys; using %r",
+                    state_lane_id,
+                    session.identity.state_lane_id,
+                )
+            return session
+
+        return SessionScope(start)
 
     def start_session(self, **fields: Unpack[IdentityFields]) -> Session:
         """Start a session without making it current: its ``agent_session`` span starts now and

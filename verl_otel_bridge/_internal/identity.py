@@ -15,8 +15,7 @@ again, whatever order scopes are left in and whichever context leaves them
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -175,8 +174,16 @@ class SessionIdentity:
 
     @classmethod
     def _from_values(cls, values: dict[str, Any], on_convert: ConvertHook | None = None) -> SessionIdentity:
-        attributes = {key: to_attribute_value(value, key=key, on_convert=on_convert) for key, value in values.items()}
-        return cls(**values, attributes={k: v for k, v in attributes.items() if v is not None})
+        # Every value but global_steps is text already (bounded by create).
+        attributes = dict(values)
+        steps = values["global_steps"]
+        if steps.__class__ is not str:
+            converted = to_attribute_value(steps, key="global_steps", on_convert=on_convert)
+            if converted is None:
+                del attributes["global_steps"]
+            else:
+                attributes["global_steps"] = converted
+        return cls(**values, attributes=attributes)
 
     def to_dict(self) -> dict[str, Any]:
         """The identity as RL-Insight's ``agent_loop_session(...).identity`` dict."""
@@ -201,23 +208,31 @@ def current_identity() -> SessionIdentity | None:
     return scope.identity if scope is not None else None
 
 
-@contextmanager
-def using_identity(identity: SessionIdentity | None) -> Iterator[SessionIdentity | None]:
+class using_identity:
     """Make ``identity`` current for the block (and tasks started inside it).
 
     Leaving the block never raises and never leaves ``identity`` behind: left out of
     order, or from another context, the scope is closed and skipped from then on
-    (a ``RuntimeWarning``, which Python shows once per place by default).
+    (a ``RuntimeWarning``, which Python shows once per place by default). A plain
+    class rather than a generator: a session enters two of these.
     """
-    scope = _Scope(identity, _current.get())
-    token = _current.set(scope)
-    try:
-        yield identity
-    finally:
+
+    __slots__ = ("_identity", "_scope", "_token")
+
+    def __init__(self, identity: SessionIdentity | None) -> None:
+        self._identity = identity
+
+    def __enter__(self) -> SessionIdentity | None:
+        scope = self._scope = _Scope(self._identity, _current.get())
+        self._token = _current.set(scope)
+        return self._identity
+
+    def __exit__(self, *exc: object) -> None:
+        scope = self._scope
         scope.open = False
         if _current.get() is scope:
             try:
-                _current.reset(token)
+                _current.reset(self._token)
             except ValueError:  # made in another context (e.g. an async generator closed by another task)
                 note_repair()
         else:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -12,7 +13,7 @@ from opentelemetry.trace import Span
 
 from verl_otel_bridge._internal.agent_loop import TaskHandle, TurnHandle, mark_failed
 from verl_otel_bridge._internal.attributes import set_clean_attributes, to_text
-from verl_otel_bridge._internal.identity import SessionIdentity
+from verl_otel_bridge._internal.identity import SessionIdentity, using_identity
 from verl_otel_bridge._internal.protocol import (
     FAILED_STATUSES,
     FINISHED,
@@ -28,6 +29,8 @@ from verl_otel_bridge._internal.protocol import (
     TRAJECTORIES,
     TRAJECTORY_FIELDS,
 )
+from verl_otel_bridge._internal.scopes import SpanBlock
+from verl_otel_bridge._internal.spans import record_error
 
 logger = logging.getLogger(__name__)
 
@@ -140,3 +143,43 @@ def _trajectory_summaries(trajectories: Sequence[Any]) -> str:
                 summary[name] = to_text(value)
         summaries.append(summary)
     return json.dumps(summaries)
+
+
+class SessionScope:
+    """``Bridge.session(...)``'s context manager: the session starts on enter (``start()``), is current for
+    the block, and finishes and ends on exit.
+
+    If the block raises, the session span gets status ERROR, an exception event and
+    ``status="error"`` (``"cancelled"`` for a cancelled task), and the exception
+    propagates unchanged; without an explicit ``finish``, a normal exit finishes with
+    ``status="success"``. A plain class rather than a generator: one per session.
+    """
+
+    __slots__ = ("_block", "_identity_scope", "_session", "_start")
+
+    def __init__(self, start: Callable[[], Session]) -> None:
+        self._start = start
+
+    def __enter__(self) -> Session:
+        session = self._session = self._start()
+        self._identity_scope = using_identity(session.identity)
+        self._identity_scope.__enter__()
+        self._block = SpanBlock(session.span)
+        return session
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        session, span = self._session, self._session.span
+        try:
+            if span.is_recording() and not session.finished:  # not ended meanwhile by shutdown: that ending stands
+                if exc is None:
+                    session.finish(status="success")
+                else:
+                    record_error(span, exc)
+                    session.finish(status="cancelled" if isinstance(exc, asyncio.CancelledError) else "error")
+            elif exc is not None and span.is_recording():
+                record_error(span, exc)
+        finally:
+            self._block.close()
+            if span.is_recording():
+                span.end()
+            self._identity_scope.__exit__(None, None, None)

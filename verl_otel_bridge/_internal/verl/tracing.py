@@ -48,7 +48,7 @@ from typing import Any
 from verl_otel_bridge._internal import current, propagation
 from verl_otel_bridge._internal import protocol as p
 from verl_otel_bridge._internal.agent_loop import TaskHandle, TurnHandle, mark_failed
-from verl_otel_bridge._internal.attributes import bounded_text
+from verl_otel_bridge._internal.attributes import bounded_text, set_clean_attributes
 from verl_otel_bridge._internal.bridge import Bridge
 from verl_otel_bridge._internal.config import BridgeConfig, parse_bool
 from verl_otel_bridge._internal.logs import OnceLogger
@@ -119,8 +119,7 @@ class _Trajectory:
 
     def set(self, values: Mapping[str, Any], span: Any = None) -> None:
         """Set ``values`` (None left out, converted as the bridge converts) on ``span``, default the session's."""
-        clean = self.bridge.clean_attributes({k: v for k, v in values.items() if v is not None})
-        (span or self.session.span).set_attributes(clean)
+        set_clean_attributes(span or self.session.span, self.bridge.clean_attributes(values))  # None left out
 
     def text(self, token_ids: Sequence[int]) -> str | None:
         """``token_ids`` decoded (at most as many as can survive ``max_attribute_length``), or None."""
