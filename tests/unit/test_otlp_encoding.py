@@ -129,6 +129,30 @@ def test_resource_and_attribute_overrides_equal_rewritten_spans(
     assert decoded(SpanEncoder().encode(batch, resource=resource, attributes=attributes)) == expected_message(rewritten)
 
 
+EVENT_LISTS = st.lists(
+    st.builds(Event, name=TEXT, attributes=st.dictionaries(KEYS, SCALARS, max_size=3), timestamp=TIMES), max_size=2
+)
+
+
+@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(spans(), ATTRIBUTES, EVENT_LISTS, st.booleans()), min_size=1, max_size=5))
+def test_per_span_attribute_event_and_resource_overrides_equal_rewritten_spans(
+    rows: list[tuple[ReadableSpan, dict[str, Any], list[Event], bool]],
+) -> None:
+    """What the generic vocabulary hands ``otlp`` beside each span instead of a copy of it."""
+    other = Resource.create({"openinference.project.name": "p"})
+    batch = [span for span, *_ in rows]
+    attributes = [attrs for _, attrs, _, _ in rows]
+    events = [listed for _, _, listed, _ in rows]
+    resources = [other if moved else span.resource for span, _, _, moved in rows]
+    rewritten = [
+        replace_span(span, attributes=attrs, events=listed, resource=resource)
+        for (span, attrs, listed, _), resource in zip(rows, resources, strict=True)
+    ]
+    body = SpanEncoder().encode(batch, attributes=attributes, events=events, resources=resources)
+    assert decoded(body) == expected_message(rewritten)
+
+
 def test_remembered_attribute_pairs_keep_their_type() -> None:
     """``True == 1`` and they hash alike; the memo must still encode a bool as a bool and an int as an int."""
     encoder = SpanEncoder()
@@ -181,6 +205,10 @@ def test_attribute_lists_must_match_the_spans() -> None:
     span = ReadableSpan(name="s", context=SpanContext(1, 1, False), resource=Resource({}))
     with pytest.raises(ValueError, match="2 attribute mappings for 1 spans"):
         SpanEncoder().encode([span], attributes=[{}, {}])
+    with pytest.raises(ValueError, match="0 event lists for 1 spans"):
+        SpanEncoder().encode([span], events=[])
+    with pytest.raises(ValueError, match="2 resources for 1 spans"):
+        SpanEncoder().encode([span], resources=[Resource({}), Resource({})])
 
 
 def test_empty_batch_is_an_empty_request() -> None:

@@ -146,3 +146,30 @@ def test_a_callers_plain_key_that_a_dotted_key_nests_under_moves_aside(make_brid
     turn_span = next(s for s in bridge.memory_exporter.get_finished_spans() if s.name == "agent_turn")
     sent = generic_span(turn_span).attributes
     assert "llm" not in sent and sent["llm.value"] == "vllm" and sent["llm.token_count.total"] == 4
+
+
+def test_otlp_gets_the_translation_beside_the_spans_and_sends_what_a_copy_would(translated: list) -> None:
+    """The vocabulary hands ``otlp`` each span with its translated parts instead of a translated copy."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from verl_otel_bridge._internal.exporters.vocabulary import GenericVocabularySpanExporter
+    from verl_otel_bridge._internal.otlp.encoding import SpanEncoder
+    from verl_otel_bridge._internal.otlp.exporter import OtlpSpanExporter
+
+    class Sender:
+        endpoint, timeout_s = "http://127.0.0.1:1/v1/traces", 1.0
+        bodies: list[bytes] = []
+
+        def send(self, body: bytes, *, deadline: float | None = None) -> None:
+            self.bodies.append(body)
+
+    sender = Sender()
+    exporter = GenericVocabularySpanExporter(OtlpSpanExporter(sender), "p")  # type: ignore[arg-type]
+    native = [span for span, _ in translated]
+    assert exporter.export(native).name == "SUCCESS"
+    (body,) = sender.bodies
+    memory = InMemorySpanExporter()
+    GenericVocabularySpanExporter(memory, "p").export(native)  # no export_translated there: translated copies
+    copies = SpanEncoder().encode(memory.get_finished_spans())
+    assert ExportTraceServiceRequest.FromString(body) == ExportTraceServiceRequest.FromString(copies)

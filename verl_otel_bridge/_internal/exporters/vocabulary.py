@@ -37,13 +37,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol, TypedDict
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes
+from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events
 from verl_otel_bridge._internal.exporters.base import WrappingSpanExporter, left_out_reader
 from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.protocol import (
@@ -186,11 +186,18 @@ def generic_attributes(name: str, attributes: Mapping[str, Any], plans: KeyPlans
         out[SPAN_KIND] = kind
     operation = attributes.get(GEN_AI_OPERATION)
     _io(out, attributes, operation)
+    counted = False
     for key, source in TOKEN_COUNTS.items():
         if source in attributes:
             out[key] = attributes[source]
-    if any(key in out for key in TOKEN_COUNTS) and TOKEN_TOTAL not in out:
-        out[TOKEN_TOTAL] = sum(int(_number(out.get(key)) or 0) for key in TOKEN_COUNTS)
+            counted = True
+        elif key in out:
+            counted = True
+    if counted and TOKEN_TOTAL not in out:
+        total = 0
+        for key in TOKEN_COUNTS:
+            total += int(_number(out.get(key)) or 0)
+        out[TOKEN_TOTAL] = total
     reward = _number(attributes.get(REWARD))
     if reward is None and name == SESSION_SPAN_NAME:
         reward = session_reward(attributes)
@@ -285,9 +292,9 @@ def reward_events(span: ReadableSpan, attributes: Mapping[str, Any] | None = Non
 
     ``attributes``: the span's, when the caller has them as a dict already.
     """
-    events = span.events
+    events = span_events(span)
     reward = _number((attributes if attributes is not None else span.attributes or {}).get(REWARD))
-    if reward is None or any(event.name == EVALUATION_EVENT for event in events):
+    if reward is None or (events and any(event.name == EVALUATION_EVENT for event in events)):
         return events
     events = list(events)
     when = span.end_time if span.end_time is not None else span.start_time
@@ -295,11 +302,26 @@ def reward_events(span: ReadableSpan, attributes: Mapping[str, Any] | None = Non
     return events
 
 
+class TakesTranslations(Protocol):
+    """An exporter that sends spans with attributes, events and resources given beside them (``otlp``'s)."""
+
+    def export_translated(
+        self,
+        spans: Sequence[ReadableSpan],
+        attributes: Sequence[Mapping[str, Any]] | None = None,
+        events: Sequence[Sequence[Event]] | None = None,
+        resources: Sequence[Resource] | None = None,
+    ) -> SpanExportResult:
+        """Export ``spans``, each with the attributes, events and resource given for it."""
+        ...
+
+
 class GenericVocabularySpanExporter(WrappingSpanExporter):
     """Passes ``inner`` each span translated by :func:`generic_span`.
 
-    ``project`` (the configured one) names the Phoenix project of spans whose
-    identity has none.
+    An ``inner`` with ``export_translated`` (:class:`TakesTranslations`) gets the original
+    spans with their translated parts beside them, so no span is copied. ``project``
+    (the configured one) names the Phoenix project of spans whose identity has none.
     """
 
     def __init__(self, inner: SpanExporter, project: str | None = None) -> None:
@@ -310,22 +332,32 @@ class GenericVocabularySpanExporter(WrappingSpanExporter):
         self._plans = KeyPlans()
         self._once = OnceLogger(logger)
         self._left_out = left_out_reader(inner)
+        translated = getattr(inner, "export_translated", None)
+        self._export_translated: TakesTranslations | None = inner if callable(translated) else None  # type: ignore[assignment]
 
     def take_left_out(self) -> int:
         """The inner exporter's count of spans left out of its last batch (see ``LeavesOut``)."""
         return self._left_out()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.inner.export([self._translate(span) for span in spans])
+        if self._export_translated is None:
+            return self.inner.export([replace_span(span, **self._translate(span)) for span in spans])
+        attributes, events, resources = [], [], []
+        for span in spans:
+            parts = self._translate(span)
+            attributes.append(parts["attributes"])
+            events.append(parts["events"])
+            resources.append(parts["resource"])
+        return self._export_translated.export_translated(spans, attributes, events, resources)
 
-    def _translate(self, span: ReadableSpan) -> ReadableSpan:
+    def _translate(self, span: ReadableSpan) -> GenericParts:
         try:
-            return generic_span(span, self.project, self._resource, self._plans)
+            return generic_parts(span, self.project, self._resource, self._plans)
         except Exception as exc:  # noqa: BLE001 - an odd span goes out untranslated, never lost
             self._once.log(
                 f"translate:{type(exc).__name__}", logging.WARNING, "span %r exported untranslated: %r", span.name, exc
             )
-            return span
+            return {"attributes": span_attributes(span), "events": span_events(span), "resource": span.resource}
 
     def _resource(self, resource: Resource, project: str) -> Resource:
         cached = self._resources.get(project)
@@ -341,6 +373,33 @@ def with_project(resource: Resource, project: str) -> Resource:
     return resource.merge(Resource({PROJECT_RESOURCE: project}))
 
 
+class GenericParts(TypedDict):
+    """What :func:`generic_span` replaces in a span."""
+
+    attributes: dict[str, Any]
+    events: Sequence[Event]
+    resource: Resource
+
+
+def generic_parts(
+    span: ReadableSpan,
+    project: str | None = None,
+    resource_for: Callable[[Resource, str], Resource] = with_project,
+    plans: KeyPlans | None = None,
+) -> GenericParts:
+    """The attributes, events and resource of ``span`` in the generic vocabulary (see :func:`generic_span`)."""
+    attributes = span_attributes(span)
+    resource = span.resource
+    wanted = attributes.get("project") or project
+    if wanted and (resource is None or PROJECT_RESOURCE not in resource.attributes):
+        resource = resource_for(resource if resource is not None else Resource({}), str(wanted))
+    return {
+        "attributes": generic_attributes(span.name, attributes, plans),
+        "events": reward_events(span, attributes),
+        "resource": resource,
+    }
+
+
 def generic_span(
     span: ReadableSpan,
     project: str | None = None,
@@ -354,14 +413,4 @@ def generic_span(
     from the ``memory`` exporter or ``SpanCapture`` to see what ``otlp`` sends:
     ``[generic_span(s) for s in capture.spans]``.
     """
-    attributes = span_attributes(span)
-    resource = span.resource
-    wanted = attributes.get("project") or project
-    if wanted and (resource is None or PROJECT_RESOURCE not in resource.attributes):
-        resource = resource_for(resource if resource is not None else Resource({}), str(wanted))
-    return replace_span(
-        span,
-        attributes=generic_attributes(span.name, attributes, plans),
-        events=reward_events(span, attributes),
-        resource=resource,
-    )
+    return replace_span(span, **generic_parts(span, project, resource_for, plans))

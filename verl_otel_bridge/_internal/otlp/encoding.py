@@ -26,11 +26,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
-from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes
+from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events, span_links
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +139,8 @@ class SpanEncoder:
         *,
         resource: Resource | None = None,
         attributes: Sequence[Mapping[str, Any]] | None = None,
+        events: Sequence[Sequence[Event]] | None = None,
+        resources: Sequence[Resource] | None = None,
         on_reject: Callable[[ReadableSpan, Exception], None] | None = None,
     ) -> bytes:
         """The request body for ``spans``.
@@ -151,14 +153,19 @@ class SpanEncoder:
             resource: send every span with this resource instead of its own.
             attributes: one mapping per span, sent instead of the span's attributes
                 (the span's dropped-attribute count is kept).
+            events: one sequence per span, sent instead of the span's events.
+            resources: one resource per span, sent instead of the span's (before ``resource``).
             on_reject: called with each span left out and why.
         """
-        if attributes is not None and len(attributes) != len(spans):
-            raise ValueError(f"{len(attributes)} attribute mappings for {len(spans)} spans")
+        for name, given in (("attribute mappings", attributes), ("event lists", events), ("resources", resources)):
+            if given is not None and len(given) != len(spans):
+                raise ValueError(f"{len(given)} {name} for {len(spans)} spans")
         # resource id -> (resource, scope id -> (scope, [encoded spans]))
         groups: dict[int, tuple[Resource, dict[int, tuple[InstrumentationScope | None, list[bytes]]]]] = {}
         for index, span in enumerate(spans):
-            span_resource = resource if resource is not None else span.resource
+            span_resource = (
+                resources[index] if resources is not None else resource if resource is not None else span.resource
+            )
             scope = span.instrumentation_scope
             by_scope = groups.get(id(span_resource))
             if by_scope is None:
@@ -167,7 +174,11 @@ class SpanEncoder:
             if entry is None:
                 entry = by_scope[1][id(scope)] = (scope, [])
             try:
-                encoded = self._span(span, span_attributes(span) if attributes is None else attributes[index])
+                encoded = self._span(
+                    span,
+                    span_attributes(span) if attributes is None else attributes[index],
+                    span_events(span) if events is None else events[index],
+                )
             except (struct.error, OverflowError, ValueError) as exc:
                 if on_reject is not None:
                     on_reject(span, exc)
@@ -207,7 +218,7 @@ class SpanEncoder:
     # Span: trace_id 1, span_id 2, trace_state 3, parent_span_id 4, name 5, kind 6, start 7,
     # end 8, attributes 9, dropped_attributes 10, events 11, dropped_events 12, links 13,
     # dropped_links 14, status 15, flags 16.
-    def _span(self, span: ReadableSpan, attributes: Mapping[str, Any] | None) -> bytes:
+    def _span(self, span: ReadableSpan, attributes: Mapping[str, Any] | None, events: Sequence[Event]) -> bytes:
         context = span.get_span_context()
         assert context is not None  # a ReadableSpan made by the SDK always has one
         parts = [b"\x0a\x10" + context.trace_id.to_bytes(16, "big") + b"\x12\x08" + context.span_id.to_bytes(8, "big")]
@@ -229,16 +240,19 @@ class SpanEncoder:
             self._span_attributes(parts, attributes if type(attributes) is dict else attributes_dict(attributes))
         if span.dropped_attributes:
             parts.append(b"\x50" + _varint(span.dropped_attributes))
-        for event in span.events:
-            parts.append(
-                _delimited(
-                    b"\x5a", self._event(event.timestamp, event.name, event.attributes, event.dropped_attributes)
+        if events:  # a length, where iterating the SDK's event list takes its lock and copies it
+            for event in events:
+                parts.append(
+                    _delimited(
+                        b"\x5a", self._event(event.timestamp, event.name, event.attributes, event.dropped_attributes)
+                    )
                 )
-            )
         if span.dropped_events:
             parts.append(b"\x60" + _varint(span.dropped_events))
-        for link in span.links:
-            parts.append(_delimited(b"\x6a", self._link(link.context, link.attributes, link.dropped_attributes)))
+        links = span_links(span)
+        if links:
+            for link in links:
+                parts.append(_delimited(b"\x6a", self._link(link.context, link.attributes, link.dropped_attributes)))
         if span.dropped_links:
             parts.append(b"\x70" + _varint(span.dropped_links))
         status = span.status

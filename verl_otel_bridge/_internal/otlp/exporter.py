@@ -12,10 +12,10 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge._internal.logs import OnceLogger
@@ -28,6 +28,26 @@ logger = logging.getLogger(__name__)
 #: Largest request body, before compression. Collectors refuse larger ones
 #: (OpenTelemetry Collector's OTLP/HTTP receiver: 20 MiB; many proxies in front: less).
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+T = TypeVar("T")
+
+
+class PerSpan(NamedTuple):
+    """What replaces each span's own attributes, events and resource when it is encoded (None: its own)."""
+
+    attributes: Sequence[Mapping[str, Any]] | None
+    events: Sequence[Sequence[Event]] | None
+    resources: Sequence[Resource] | None
+
+    def part(self, start: int, end: int) -> PerSpan:
+        """The replacements of ``spans[start:end]``."""
+        return PerSpan(
+            _part(self.attributes, start, end), _part(self.events, start, end), _part(self.resources, start, end)
+        )
+
+
+def _part(given: Sequence[T] | None, start: int, end: int) -> Sequence[T] | None:
+    return None if given is None else given[start:end]
 
 
 class OtlpSpanExporter(SpanExporter):
@@ -94,30 +114,35 @@ class OtlpSpanExporter(SpanExporter):
         *,
         resource: Resource | None = None,
         attributes: Sequence[Mapping[str, Any]] | None = None,
+        events: Sequence[Sequence[Event]] | None = None,
+        resources: Sequence[Resource] | None = None,
     ) -> Iterator[tuple[int, int, bytes | None]]:
         """``(start, end, body)`` per request for ``spans[start:end]``, in order, each encoded when asked for.
 
-        ``body`` is None for a single span too large for a request. ``resource``
-        and ``attributes`` are as :meth:`SpanEncoder.encode` takes them.
+        ``body`` is None for a single span too large for a request. ``resource``,
+        ``attributes``, ``events`` and ``resources`` are as :meth:`SpanEncoder.encode` takes them.
         """
-        yield from self._split(spans, 0, resource, attributes)
+        yield from self._split(spans, 0, resource, PerSpan(attributes, events, resources))
 
     def _split(
-        self,
-        spans: Sequence[ReadableSpan],
-        start: int,
-        resource: Resource | None,
-        attributes: Sequence[Mapping[str, Any]] | None,
+        self, spans: Sequence[ReadableSpan], start: int, resource: Resource | None, per_span: PerSpan
     ) -> Iterator[tuple[int, int, bytes | None]]:
-        body = self._encoder.encode(spans, resource=resource, attributes=attributes, on_reject=self._reject)
+        body = self._encoder.encode(
+            spans,
+            resource=resource,
+            attributes=per_span.attributes,
+            events=per_span.events,
+            resources=per_span.resources,
+            on_reject=self._reject,
+        )
         if len(body) <= self.max_request_bytes:
             yield start, start + len(spans), body
         elif len(spans) == 1:
             yield start, start + 1, None
         else:
             half = len(spans) // 2
-            yield from self._split(spans[:half], start, resource, attributes[:half] if attributes else None)
-            yield from self._split(spans[half:], start + half, resource, attributes[half:] if attributes else None)
+            yield from self._split(spans[:half], start, resource, per_span.part(0, half))
+            yield from self._split(spans[half:], start + half, resource, per_span.part(half, len(spans)))
 
     def deliver(
         self,
@@ -144,10 +169,21 @@ class OtlpSpanExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Send ``spans``; ``FAILURE`` if a request was not accepted (the reason is logged once per kind)."""
+        return self.export_translated(spans)
+
+    def export_translated(
+        self,
+        spans: Sequence[ReadableSpan],
+        attributes: Sequence[Mapping[str, Any]] | None = None,
+        events: Sequence[Sequence[Event]] | None = None,
+        resources: Sequence[Resource] | None = None,
+    ) -> SpanExportResult:
+        """:meth:`export`, each span sent with the attributes, events and resource given for it (one per span,
+        None: the span's own): how a translating wrapper hands its work over without copying the spans."""
         deadline = time.monotonic() + self.sender.timeout_s
         self._left_out = set()
         try:
-            for start, _end, body in self.requests(spans):
+            for start, _end, body in self.requests(spans, attributes=attributes, events=events, resources=resources):
                 if body is None:
                     self._left_out.add(id(spans[start]))
                     self.last_error = self._too_large(spans[start])
