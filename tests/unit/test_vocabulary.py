@@ -159,7 +159,9 @@ def test_otlp_gets_the_translation_beside_the_spans_and_sends_what_a_copy_would(
 
     class Sender:
         endpoint, timeout_s = "http://127.0.0.1:1/v1/traces", 1.0
-        bodies: list[bytes] = []
+
+        def __init__(self) -> None:
+            self.bodies: list[bytes] = []
 
         def send(self, body: bytes, *, deadline: float | None = None) -> None:
             self.bodies.append(body)
