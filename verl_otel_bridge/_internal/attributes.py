@@ -306,6 +306,16 @@ def set_clean_attributes(span: Any, *parts: Mapping[str, AttributeValue]) -> Non
     that has not ended, no value length limit, room for every key under the attribute
     count limit. Otherwise (and for spans of other SDKs) through ``span.set_attributes``.
     """
+    _set_clean(span, parts, locked=True)
+
+
+def stamp_new_span(span: Any, *parts: Mapping[str, AttributeValue]) -> None:
+    """:func:`set_clean_attributes` on an SDK span that no other code holds yet (its own tracer's ``on_start``,
+    before ``start_span`` returned it): the same, without taking the span's locks."""
+    _set_clean(span, parts, locked=False)
+
+
+def _set_clean(span: Any, parts: tuple[Mapping[str, AttributeValue], ...], *, locked: bool) -> None:
     try:
         bounded = span._attributes
         if (
@@ -313,6 +323,10 @@ def set_clean_attributes(span: Any, *parts: Mapping[str, AttributeValue]) -> Non
             and bounded.max_value_len is None
             and (bounded.maxlen is None or len(bounded._dict) + sum(map(len, parts)) <= bounded.maxlen)
         ):
+            if not locked:
+                for part in parts:
+                    bounded._dict.update(part)
+                return
             with span._lock:
                 if span._end_time is None:
                     with bounded._lock:

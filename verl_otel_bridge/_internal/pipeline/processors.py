@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -14,7 +15,7 @@ from opentelemetry.trace import Span as OtelSpan
 from opentelemetry.trace import Tracer
 
 from verl_otel_bridge._internal.accounting import DROPPED, FAILED, SpanCounts
-from verl_otel_bridge._internal.attributes import AttributeValue, set_clean_attributes
+from verl_otel_bridge._internal.attributes import AttributeValue, set_clean_attributes, stamp_new_span
 from verl_otel_bridge._internal.identity import SessionIdentity, current_identity
 from verl_otel_bridge._internal.pipeline.budget import span_size
 from verl_otel_bridge._internal.pipeline.queue import ExportQueue, QueueSettings
@@ -57,6 +58,9 @@ def stamped(span: Span, identity: SessionIdentity) -> bool:
     return attributes is not None and attributes.get("state_lane_id") is identity.state_lane_id
 
 
+_NO_ATTRIBUTES: Mapping[str, AttributeValue] = MappingProxyType({})
+
+
 class _Handed(threading.local):
     """The attributes :meth:`IdentitySpanProcessor.start_span` hands to ``on_start``, per thread."""
 
@@ -89,7 +93,7 @@ class IdentitySpanProcessor(SpanProcessor):
         does the sampler.
         """
         handed = self._handed
-        handed.attributes = attributes
+        handed.attributes = attributes if attributes is not None else _NO_ATTRIBUTES  # not None: ours
         try:
             return tracer.start_span(name, start_time=start_time)
         finally:
@@ -101,13 +105,14 @@ class IdentitySpanProcessor(SpanProcessor):
         if own is not None:
             handed.attributes = None
         identity = current_identity() if self._active else None
-        if identity is not None and (own is not None or not stamped(span, identity)):
-            if own:
-                set_clean_attributes(span, own, identity.attributes)
-            else:
-                set_clean_attributes(span, identity.attributes)
-        elif own:
-            set_clean_attributes(span, own)
+        # A span start_span handed attributes to is the bridge's own, still unseen by other code: no locks.
+        if own is not None:
+            if identity is not None:
+                stamp_new_span(span, own, identity.attributes)
+            elif own:
+                stamp_new_span(span, own)
+        elif identity is not None and not stamped(span, identity):
+            set_clean_attributes(span, identity.attributes)
 
     def on_end(self, span: ReadableSpan) -> None:
         pass
