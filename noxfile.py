@@ -220,13 +220,13 @@ def unit_oldest(session: nox.Session) -> None:
     )
     if runtime_only:
         thin_site = _site_packages(python)
+        # With its own dependencies: packaging 21.0 needs pyparsing, which nothing newer brings.
         session.run(
             python,
             "-m",
             "pip",
             "install",
             "--quiet",
-            "--no-deps",
             "--upgrade",
             "--target",
             thin_site,
