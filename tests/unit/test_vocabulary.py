@@ -175,3 +175,44 @@ def test_otlp_gets_the_translation_beside_the_spans_and_sends_what_a_copy_would(
     GenericVocabularySpanExporter(memory, "p").export(native)  # no export_translated there: translated copies
     copies = SpanEncoder().encode(memory.get_finished_spans())
     assert ExportTraceServiceRequest.FromString(body) == ExportTraceServiceRequest.FromString(copies)
+
+
+@pytest.mark.parametrize("translating_inner", [True, False], ids=["beside the spans", "as copies"])
+def test_a_span_that_cannot_be_translated_goes_out_as_it_is(
+    translated: list, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, translating_inner: bool
+) -> None:
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from verl_otel_bridge._internal.exporters import vocabulary
+
+    real = vocabulary.generic_parts
+
+    def fails_on_tasks(span, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if span.name == "agent_task":
+            raise RuntimeError("odd span")
+        return real(span, *args, **kwargs)
+
+    monkeypatch.setattr(vocabulary, "generic_parts", fails_on_tasks)
+    received: list = []
+
+    class Inner:
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            received.extend(spans)
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None: ...
+
+    class Translating(Inner):
+        def export_translated(self, spans, attributes=None, events=None, resources=None):  # type: ignore[no-untyped-def]
+            raise AssertionError("a batch with an untranslated span goes as copies")
+
+    native = [span for span, _ in translated]
+    exporter = vocabulary.GenericVocabularySpanExporter(Translating() if translating_inner else Inner())  # type: ignore[arg-type]
+    assert exporter.export(native) is SpanExportResult.SUCCESS
+    assert [span.name for span in received] == [span.name for span in native]
+    for sent, original in zip(received, native, strict=True):
+        if original.name == "agent_task":
+            assert sent is original  # as it was
+        else:
+            assert "session.index" in sent.attributes  # translated
+    assert any("exported untranslated" in record.getMessage() for record in caplog.records)

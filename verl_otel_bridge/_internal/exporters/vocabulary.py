@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, TypedDict, cast
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -340,24 +340,31 @@ class GenericVocabularySpanExporter(WrappingSpanExporter):
         return self._left_out()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._export_translated is None:
-            return self.inner.export([replace_span(span, **self._translate(span)) for span in spans])
-        attributes, events, resources = [], [], []
-        for span in spans:
-            parts = self._translate(span)
-            attributes.append(parts["attributes"])
-            events.append(parts["events"])
-            resources.append(parts["resource"])
-        return self._export_translated.export_translated(spans, attributes, events, resources)
+        translated = [self._translate(span) for span in spans]
+        if self._export_translated is None or None in translated:  # (a span that could not be translated)
+            return self.inner.export(
+                [
+                    span if parts is None else replace_span(span, **parts)
+                    for span, parts in zip(spans, translated, strict=True)
+                ]
+            )
+        complete = cast(list[GenericParts], translated)
+        return self._export_translated.export_translated(
+            spans,
+            [parts["attributes"] for parts in complete],
+            [parts["events"] for parts in complete],
+            [parts["resource"] for parts in complete],
+        )
 
-    def _translate(self, span: ReadableSpan) -> GenericParts:
+    def _translate(self, span: ReadableSpan) -> GenericParts | None:
+        """``span``'s translated parts; None when it cannot be translated (it goes out as it is)."""
         try:
             return generic_parts(span, self.project, self._resource, self._plans)
         except Exception as exc:  # noqa: BLE001 - an odd span goes out untranslated, never lost
             self._once.log(
                 f"translate:{type(exc).__name__}", logging.WARNING, "span %r exported untranslated: %r", span.name, exc
             )
-            return {"attributes": span_attributes(span), "events": span_events(span), "resource": span.resource}
+            return None
 
     def _resource(self, resource: Resource, project: str) -> Resource:
         cached = self._resources.get(project)
