@@ -216,3 +216,14 @@ def test_a_span_that_cannot_be_translated_goes_out_as_it_is(
         else:
             assert "session.index" in sent.attributes  # translated
     assert any("exported untranslated" in record.getMessage() for record in caplog.records)
+
+
+def test_the_identity_key_is_renamed_and_of_a_key_and_its_new_name_the_later_one_wins() -> None:
+    from verl_otel_bridge._internal.exporters.vocabulary import renamed
+
+    assert renamed({"session": "3", "turn": 1}) == {"session.index": "3", "turn": 1}
+    assert renamed({"session": "3", "session.index": "9"}) == {"session.index": "9"}
+    assert renamed({"session.index": "9", "session": "3"}) == {"session.index": "3"}
+    given = {"session": "3"}
+    renamed(given)
+    assert given == {"session": "3"}  # a copy

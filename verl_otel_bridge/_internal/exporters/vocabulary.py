@@ -84,6 +84,9 @@ from verl_otel_bridge._internal.records import parse_json, replace_span
 
 logger = logging.getLogger(__name__)
 
+#: The GenAI twin of a tool turn's arguments, its input when no ``input`` was recorded.
+TOOL_ARGS_TWIN = GEN_AI_TWINS["tool_args"]
+
 
 def conversation_id(attributes: Mapping[str, Any]) -> str | None:
     """The conversation a span belongs to: the identity's ``session_id``, else one built from the identity.
@@ -127,25 +130,16 @@ def span_kind(name: str, attributes: Mapping[str, Any]) -> str | None:
 
 
 class KeyPlans:
-    """What the translation does to a span's keys, worked out once per distinct key set.
+    """Which keys the translation moves aside, worked out once per distinct key set.
 
     Spans of one program have a handful of key sets (a turn's, a task's, ...), so the
-    renaming and the shadowed keys are looked up, not recomputed per span. Holds at
-    most ``max_plans`` key sets (then starts over).
+    shadowed keys are looked up, not recomputed per span. Holds at most ``max_plans``
+    key sets (then starts over).
     """
 
     def __init__(self, max_plans: int = 1024) -> None:
         self._max = max_plans
-        self._renamed: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._shadowed: dict[tuple[str, ...], tuple[str, ...]] = {}
-
-    def renamed(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
-        """``attributes`` with the identity keys renamed (:data:`GENERIC_IDENTITY_KEYS`)."""
-        keys = tuple(attributes)
-        names = self._renamed.get(keys)
-        if names is None:
-            names = self._remember(self._renamed, keys, tuple(GENERIC_IDENTITY_KEYS.get(key, key) for key in keys))
-        return dict(zip(names, attributes.values(), strict=True))
 
     def unshadow(self, out: dict[str, Any]) -> None:
         """Move any plain key that a dotted key nests under (a caller's ``llm=...``) to ``<key>.value``."""
@@ -166,6 +160,21 @@ class KeyPlans:
         return plan
 
 
+def renamed(attributes: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``attributes`` with the identity keys renamed (:data:`GENERIC_IDENTITY_KEYS`).
+
+    When a span holds a key and its new name both, the one later in the span's order wins.
+    """
+    out = attributes.copy()
+    for key, new_key in GENERIC_IDENTITY_KEYS.items():
+        if key in out:
+            if new_key in out:
+                names = [GENERIC_IDENTITY_KEYS.get(name, name) for name in attributes]
+                return dict(zip(names, attributes.values(), strict=True))
+            out[new_key] = out.pop(key)
+    return out
+
+
 def generic_attributes(name: str, attributes: Mapping[str, Any], plans: KeyPlans | None = None) -> dict[str, Any]:
     """``attributes`` of a span called ``name`` in the generic vocabulary (see the module docstring).
 
@@ -174,7 +183,7 @@ def generic_attributes(name: str, attributes: Mapping[str, Any], plans: KeyPlans
     plans = plans if plans is not None else KeyPlans()
     if attributes.__class__ is not dict:
         attributes = attributes_dict(attributes)
-    out = plans.renamed(attributes)
+    out = renamed(attributes)
     conversation = conversation_id(attributes)
     if conversation:
         out[SESSION_ID] = conversation
@@ -185,7 +194,8 @@ def generic_attributes(name: str, attributes: Mapping[str, Any], plans: KeyPlans
     if kind is not None:
         out[SPAN_KIND] = kind
     operation = attributes.get(GEN_AI_OPERATION)
-    _io(out, attributes, operation)
+    if INPUT in attributes or OUTPUT in attributes or CONTENT in attributes or TOOL_ARGS_TWIN in attributes:
+        _io(out, attributes, operation)  # (without any of them it changes nothing)
     counted = False
     for key, source in TOKEN_COUNTS.items():
         if source in attributes:
@@ -196,7 +206,8 @@ def generic_attributes(name: str, attributes: Mapping[str, Any], plans: KeyPlans
     if counted and TOKEN_TOTAL not in out:
         total = 0
         for key in TOKEN_COUNTS:
-            total += int(_number(out.get(key)) or 0)
+            count = out.get(key)
+            total += count if count.__class__ is int else int(_number(count) or 0)
         out[TOKEN_TOTAL] = total
     reward = _number(attributes.get(REWARD))
     if reward is None and name == SESSION_SPAN_NAME:
@@ -229,7 +240,7 @@ def _io(out: dict[str, Any], attributes: Mapping[str, Any], operation: Any) -> N
         if given_output is not None and OUTPUT_MESSAGES not in out:
             out[OUTPUT_MESSAGES] = _messages(given_output, "assistant", attributes.get("finish_reason"))
     elif operation == "execute_tool":
-        given_input = given_input if given_input is not None else attributes.get(GEN_AI_TWINS["tool_args"])
+        given_input = given_input if given_input is not None else attributes.get(TOOL_ARGS_TWIN)
         given_output = given_output if given_output is not None else attributes.get(CONTENT)
         if given_output is not None:
             out.setdefault(TOOL_CALL_RESULT, _text(given_output))
