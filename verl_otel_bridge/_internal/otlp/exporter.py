@@ -50,6 +50,10 @@ def _part(given: Sequence[T] | None, start: int, end: int) -> Sequence[T] | None
     return None if given is None else given[start:end]
 
 
+#: Every span sent with its own attributes, events and resource.
+NOT_REPLACED = PerSpan(None, None, None)
+
+
 class OtlpSpanExporter(SpanExporter):
     """Encodes span batches with :class:`~verl_otel_bridge._internal.otlp.encoding.SpanEncoder` and posts them.
 
@@ -109,20 +113,14 @@ class OtlpSpanExporter(SpanExporter):
         return f"OtlpSpanExporter({self.sender!r}, max_request_bytes={self.max_request_bytes})"
 
     def requests(
-        self,
-        spans: Sequence[ReadableSpan],
-        *,
-        resource: Resource | None = None,
-        attributes: Sequence[Mapping[str, Any]] | None = None,
-        events: Sequence[Sequence[Event]] | None = None,
-        resources: Sequence[Resource] | None = None,
+        self, spans: Sequence[ReadableSpan], *, resource: Resource | None = None, per_span: PerSpan = NOT_REPLACED
     ) -> Iterator[tuple[int, int, bytes | None]]:
         """``(start, end, body)`` per request for ``spans[start:end]``, in order, each encoded when asked for.
 
-        ``body`` is None for a single span too large for a request. ``resource``,
-        ``attributes``, ``events`` and ``resources`` are as :meth:`SpanEncoder.encode` takes them.
+        ``body`` is None for a single span too large for a request. ``resource`` and ``per_span``'s
+        replacements are as :meth:`SpanEncoder.encode` takes them.
         """
-        yield from self._split(spans, 0, resource, PerSpan(attributes, events, resources))
+        yield from self._split(spans, 0, resource, per_span)
 
     def _split(
         self, spans: Sequence[ReadableSpan], start: int, resource: Resource | None, per_span: PerSpan
@@ -158,7 +156,7 @@ class OtlpSpanExporter(SpanExporter):
                 its ``delivered`` says how many leading spans were sent before.
         """
         deadline = time.monotonic() + self.sender.timeout_s
-        for start, _end, body in self.requests(spans, resource=resource, attributes=attributes):
+        for start, _end, body in self.requests(spans, resource=resource, per_span=PerSpan(attributes, None, None)):
             try:
                 if body is None:
                     raise OtlpSendError(self._too_large(spans[start]))
@@ -183,7 +181,7 @@ class OtlpSpanExporter(SpanExporter):
         deadline = time.monotonic() + self.sender.timeout_s
         self._left_out = set()
         try:
-            for start, _end, body in self.requests(spans, attributes=attributes, events=events, resources=resources):
+            for start, _end, body in self.requests(spans, per_span=PerSpan(attributes, events, resources)):
                 if body is None:
                     self._left_out.add(id(spans[start]))
                     self.last_error = self._too_large(spans[start])
