@@ -203,7 +203,7 @@ def test_a_span_that_cannot_be_translated_goes_out_as_it_is(
         def shutdown(self) -> None: ...
 
     class Translating(Inner):
-        def export_translated(self, spans, attributes=None, events=None, resources=None):  # type: ignore[no-untyped-def]
+        def export_translated(self, spans, per_span=None):  # type: ignore[no-untyped-def]
             raise AssertionError("a batch with an untranslated span goes as copies")
 
     native = [span for span, _ in translated]

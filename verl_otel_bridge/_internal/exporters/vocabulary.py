@@ -46,6 +46,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events
 from verl_otel_bridge._internal.exporters.base import WrappingSpanExporter, left_out_reader
 from verl_otel_bridge._internal.logs import OnceLogger
+from verl_otel_bridge._internal.otlp.encoding import PerSpan
 from verl_otel_bridge._internal.protocol import (
     CONTENT,
     DEFAULT_KIND,
@@ -316,14 +317,8 @@ def reward_events(span: ReadableSpan, attributes: Mapping[str, Any] | None = Non
 class TakesTranslations(Protocol):
     """An exporter that sends spans with attributes, events and resources given beside them (``otlp``'s)."""
 
-    def export_translated(
-        self,
-        spans: Sequence[ReadableSpan],
-        attributes: Sequence[Mapping[str, Any]] | None = None,
-        events: Sequence[Sequence[Event]] | None = None,
-        resources: Sequence[Resource] | None = None,
-    ) -> SpanExportResult:
-        """Export ``spans``, each with the attributes, events and resource given for it."""
+    def export_translated(self, spans: Sequence[ReadableSpan], per_span: PerSpan) -> SpanExportResult:
+        """Export ``spans``, each with the attributes, events and resource ``per_span`` gives for it."""
         ...
 
 
@@ -362,9 +357,11 @@ class GenericVocabularySpanExporter(WrappingSpanExporter):
         complete = cast(list[GenericParts], translated)
         return self._export_translated.export_translated(
             spans,
-            [parts["attributes"] for parts in complete],
-            [parts["events"] for parts in complete],
-            [parts["resource"] for parts in complete],
+            PerSpan(
+                [parts["attributes"] for parts in complete],
+                [parts["events"] for parts in complete],
+                [parts["resource"] for parts in complete],
+            ),
         )
 
     def _translate(self, span: ReadableSpan) -> GenericParts | None:

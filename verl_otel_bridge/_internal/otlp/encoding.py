@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -33,6 +33,8 @@ from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events, span_links
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: How many distinct (key, value) attribute pairs a :class:`SpanEncoder` remembers
 #: before it starts over; each costs a few hundred bytes.
@@ -115,6 +117,28 @@ def _any_value(value: Any) -> bytes:
 def _key_value(key: str, value: Any) -> bytes:
     """The ``KeyValue`` message body: key 1, value 2."""
     return _text(b"\x0a", key) + _delimited(b"\x12", _any_value(value))
+
+
+class PerSpan(NamedTuple):
+    """What replaces each span's own attributes, events and resource when it is encoded (None: its own)."""
+
+    attributes: Sequence[Mapping[str, Any]] | None
+    events: Sequence[Sequence[Event]] | None
+    resources: Sequence[Resource] | None
+
+    def part(self, start: int, end: int) -> PerSpan:
+        """The replacements of ``spans[start:end]``."""
+        return PerSpan(
+            _part(self.attributes, start, end), _part(self.events, start, end), _part(self.resources, start, end)
+        )
+
+
+def _part(given: Sequence[T] | None, start: int, end: int) -> Sequence[T] | None:
+    return None if given is None else given[start:end]
+
+
+#: Every span sent with its own attributes, events and resource.
+NOT_REPLACED = PerSpan(None, None, None)
 
 
 class SpanEncoder:

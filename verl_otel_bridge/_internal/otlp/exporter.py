@@ -12,14 +12,14 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge._internal.logs import OnceLogger
-from verl_otel_bridge._internal.otlp.encoding import SpanEncoder
+from verl_otel_bridge._internal.otlp.encoding import NOT_REPLACED, PerSpan, SpanEncoder
 from verl_otel_bridge._internal.otlp.sender import OtlpHttpSender, OtlpSendError
 from verl_otel_bridge._internal.otlp.settings import check_protocol, traces_endpoint
 
@@ -28,30 +28,6 @@ logger = logging.getLogger(__name__)
 #: Largest request body, before compression. Collectors refuse larger ones
 #: (OpenTelemetry Collector's OTLP/HTTP receiver: 20 MiB; many proxies in front: less).
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
-
-T = TypeVar("T")
-
-
-class PerSpan(NamedTuple):
-    """What replaces each span's own attributes, events and resource when it is encoded (None: its own)."""
-
-    attributes: Sequence[Mapping[str, Any]] | None
-    events: Sequence[Sequence[Event]] | None
-    resources: Sequence[Resource] | None
-
-    def part(self, start: int, end: int) -> PerSpan:
-        """The replacements of ``spans[start:end]``."""
-        return PerSpan(
-            _part(self.attributes, start, end), _part(self.events, start, end), _part(self.resources, start, end)
-        )
-
-
-def _part(given: Sequence[T] | None, start: int, end: int) -> Sequence[T] | None:
-    return None if given is None else given[start:end]
-
-
-#: Every span sent with its own attributes, events and resource.
-NOT_REPLACED = PerSpan(None, None, None)
 
 
 class OtlpSpanExporter(SpanExporter):
@@ -169,19 +145,13 @@ class OtlpSpanExporter(SpanExporter):
         """Send ``spans``; ``FAILURE`` if a request was not accepted (the reason is logged once per kind)."""
         return self.export_translated(spans)
 
-    def export_translated(
-        self,
-        spans: Sequence[ReadableSpan],
-        attributes: Sequence[Mapping[str, Any]] | None = None,
-        events: Sequence[Sequence[Event]] | None = None,
-        resources: Sequence[Resource] | None = None,
-    ) -> SpanExportResult:
-        """:meth:`export`, each span sent with the attributes, events and resource given for it (one per span,
-        None: the span's own): how a translating wrapper hands its work over without copying the spans."""
+    def export_translated(self, spans: Sequence[ReadableSpan], per_span: PerSpan = NOT_REPLACED) -> SpanExportResult:
+        """:meth:`export`, each span sent with the attributes, events and resource ``per_span`` gives for it:
+        how a translating wrapper hands its work over without copying the spans."""
         deadline = time.monotonic() + self.sender.timeout_s
         self._left_out = set()
         try:
-            for start, _end, body in self.requests(spans, per_span=PerSpan(attributes, events, resources)):
+            for start, _end, body in self.requests(spans, per_span=per_span):
                 if body is None:
                     self._left_out.add(id(spans[start]))
                     self.last_error = self._too_large(spans[start])
