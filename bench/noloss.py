@@ -14,7 +14,7 @@ process (it decodes every request with ``opentelemetry-proto`` and counts span i
   ``max_queue_bytes`` 64 MiB;
 * **spill**: spans per second written to the spill while the receiver is down, and
   drained once it is back;
-* **estimate**: the cost of :func:`~verl_otel_bridge._internal.pipeline.budget.span_size` per span.
+* **estimate**: the cost of :func:`~verl_otel_bridge._internal.pipeline.queue.span_size` per span.
 
     python bench/noloss.py [--smoke] [--json OUT]
 """
@@ -43,7 +43,7 @@ from otlp_receiver import OtlpReceiver
 from threads import burst as burst_in_threads
 
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge._internal.pipeline.budget import span_size
+from verl_otel_bridge._internal.pipeline.queue import span_size
 
 
 def _await(receiver: OtlpReceiver, spans: int, timeout_s: float = 300) -> None:

@@ -1,7 +1,7 @@
 """Cost per span of ``exporter: otlp``: encoding, and encoding plus sending, before and after one OTLP path.
 
 Before: OpenTelemetry's ``OTLPSpanExporter`` (``opentelemetry-exporter-otlp-proto-http``,
-a dependency the ``otlp`` extra does without). After: the package's ``OtlpSpanExporter``
+a dependency the ``otlp`` extra does without). After: the package's ``otlp`` destination
 (its encoder and urllib3 sender). Both export the same agent-loop spans, made by a
 bridge (identity attributes on every span), in batches of 512 to one loopback
 OTLP/HTTP receiver in this process (tests/otlp_receiver.py), alternating round by round so that both see
@@ -24,7 +24,9 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal.otlp.encoding import SpanEncoder
-from verl_otel_bridge._internal.otlp.exporter import OtlpSpanExporter
+from verl_otel_bridge._internal.otlp.exporter import OtlpDestination
+from verl_otel_bridge._internal.otlp.sender import OtlpHttpSender
+from verl_otel_bridge._internal.otlp.settings import SenderSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -69,16 +71,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     batch = agent_loop_spans(args.batch)
     attributes = statistics.median(len(span.attributes or {}) for span in batch)
     before: SpanExporter = OTLPSpanExporter(endpoint=receiver.url)
-    after = OtlpSpanExporter.from_environment({}, endpoint=receiver.url)
+    after = OtlpDestination(OtlpHttpSender(receiver.url, SenderSettings()))
     ours = SpanEncoder()
     measures: dict[str, Callable[[], object]] = {
         "encode, before (OpenTelemetry)": lambda: encode_spans(batch).SerializePartialToString(),
         "encode, after (verl_otel_bridge.otlp)": lambda: ours.encode(batch),
         "export = encode + send, before": lambda: before.export(batch),
-        "export = encode + send, after": lambda: after.export(batch),
+        "export = encode + send, after": lambda: after.send(batch),
     }
-    for exporter in (before, after):  # warm up: connections, encoder memo
-        assert exporter.export(batch) is SpanExportResult.SUCCESS
+    # warm up: connections, encoder memo
+    assert before.export(batch) is SpanExportResult.SUCCESS and after.send(batch).accepted == len(batch)
     samples: dict[str, list[float]] = {name: [] for name in measures}
     for _ in range(args.rounds):
         for name, measure in measures.items():
@@ -92,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     export_ratio = medians["export = encode + send, before"] / medians["export = encode + send, after"]
     print(f"  before/after: encoding {encode_ratio:.1f}x, export {export_ratio:.1f}x")
     before.shutdown()
-    after.shutdown()
+    after.close()
     receiver.stop()
 
 

@@ -127,7 +127,7 @@ def pieces_view(number: int) -> None:
         )
         best(lambda: stamped(span, identity), "b: stamped() check (spans of other tracers)")
         best(lambda: export.on_start(span), "b: ExportSpanProcessor.on_start (lock-free count)")
-        best(lambda: export.export_batch([span]), "b: inline export: list + CountingSpanExporter + discard + count")
+        best(lambda: export.chain.export([span]), "b: inline export: list + the export chain + discard + count")
         token = context_api.attach(trace_api.set_span_in_context(span))
         context_api.detach(token)
 

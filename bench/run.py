@@ -339,9 +339,8 @@ def _bridge_variant(key: str, label: str, bridge: Any) -> Variant:
 def micro_variants(jsonl_path: str) -> list[Variant]:
     """Variants a, b1, b2, b3, c1, c2 and the timer, ready to run in this process."""
     from verl_otel_bridge import Bridge, BridgeConfig
-    from verl_otel_bridge._internal.accounting import SpanCounts  # noqa: F401  (imported for the swap below)
-    from verl_otel_bridge._internal.exporters.counting import CountingSpanExporter
-    from verl_otel_bridge._internal.exporters.discard import DiscardSpanExporter
+    from verl_otel_bridge._internal.exporters.discard import Discard
+    from verl_otel_bridge._internal.pipeline.chain import Named
 
     a = _otel_variant()
     b1 = _bridge_variant(
@@ -358,9 +357,10 @@ def micro_variants(jsonl_path: str) -> list[Variant]:
     # instead: the bridge's queue and worker with an exporter that does nothing, which
     # is exactly what ``a`` has (BatchSpanProcessor + no-op exporter). Bench-only surgery.
     b3_bridge = Bridge(BridgeConfig.resolve(environ={}, exporter="jsonl", jsonl_path=jsonl_path))
-    processor = b3_bridge._processor
-    processor.exporter.shutdown()
-    processor.exporter = CountingSpanExporter(DiscardSpanExporter(), b3_bridge.counts, "exported.none")
+    chain = b3_bridge.pipeline.chain
+    assert chain is not None
+    chain.primary.destination.close()
+    chain.primary = Named("none", Discard(), discards=True)
     b3 = _bridge_variant("b3", "bridge, export queue + discard exporter (diagnostic twin of a)", b3_bridge)
     # b4: the default config with no RL-Insight (hidden by the caller, see phase_micro):
     # exporter=auto -> RL-Insight exporter -> bounded in-memory fallback, through the queue.

@@ -29,7 +29,9 @@ def main(settings: dict[str, object], spans: int) -> None:
     bridge.force_flush(60)
     status = bridge.status()
     print(
-        json.dumps({"growth": rss() - before, "queued_bytes": status["queued_bytes"], "counters": status["counters"]})
+        json.dumps(
+            {"growth": rss() - before, "queued_bytes": status["pending"]["bytes"], "counters": status["counters"]}
+        )
     )
     bridge.shutdown(timeout_s=5)
 

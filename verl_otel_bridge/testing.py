@@ -24,9 +24,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from verl_otel_bridge._internal.bridge import Bridge
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.current import set_bridge
-from verl_otel_bridge._internal.exporters.vocabulary import generic_span
 from verl_otel_bridge._internal.protocol import IDENTITY_KEYS, SESSION_SPAN_NAME
 from verl_otel_bridge._internal.tree import render_tree
+from verl_otel_bridge._internal.vocabulary import generic_span
 
 __all__ = ["SpanCapture", "capture_spans", "generic_span", "render_tree"]
 

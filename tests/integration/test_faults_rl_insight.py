@@ -367,14 +367,17 @@ def test_discovery_server_down_at_start(rl_insight_hub: RlInsightHub, run_tag: s
     status, counters = down["status"], down["status"]["counters"]
     assert down["flushed"] is True
     assert status["rl_insight_transport"] == "hub", status
-    assert "discovery at" in status["otlp_error"] and "failed" in status["otlp_error"], status
+    assert (
+        "discovery at" in status["exporters"]["rl_insight"]["last_error"]
+        and "failed" in status["exporters"]["rl_insight"]["last_error"]
+    ), status
     assert status["reason"] == "hub_no_traces", status
     assert down["balance"] == 0 and counters["fallback"] == 20 and not counters["exported"], counters
 
     # After the server came back, the bridge rediscovered it and went direct.
     status, counters = up["status"], up["status"]["counters"]
     assert up["flushed"] is True and up["balance"] == 0, counters
-    assert status["rl_insight_transport"] == "otlp" and status["otlp_error"] is None, status
+    assert status["rl_insight_transport"] == "otlp" and status["exporters"]["rl_insight"]["last_error"] is None, status
     assert counters["exported"]["rl_insight_otlp"] >= 7, counters  # 5 "up" spans + turn + session
     assert counters["fallback"] == counters["ended"] - counters["exported"]["rl_insight_otlp"], counters
     assert {phase for phase, _ in up["fallback"]} <= {"down", "switching"}

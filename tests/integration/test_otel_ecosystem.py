@@ -25,9 +25,9 @@ from stack import PythonChild, RlInsightHub, bridge_copy_exporter, drain
 
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal.accounting import balance
-from verl_otel_bridge._internal.exporters.vocabulary import conversation_id
 from verl_otel_bridge._internal.identity import IDENTITY_KEYS
 from verl_otel_bridge._internal.protocol import GENERIC_IDENTITY_KEYS
+from verl_otel_bridge._internal.vocabulary import conversation_id
 
 #: Bound of every wait for spans at a receiver.
 ARRIVAL_S = 60.0

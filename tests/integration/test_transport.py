@@ -309,8 +309,8 @@ def test_auto_uses_otlp_when_the_server_advertises_a_port(rl_insight_hub: RlInsi
         assert run.bridge.force_flush(30)
         status = run.bridge.status()
     assert status["rl_insight_transport"] == "otlp", status
-    assert status["otlp_endpoint"] == rl_insight_hub.receiver.url
-    assert status["otlp_error"] is None, status
+    assert status["exporters"]["rl_insight"]["endpoint"] == rl_insight_hub.receiver.url
+    assert status["exporters"]["rl_insight"]["last_error"] is None, status
     counters = status["counters"]
     assert counters["exported"] == {"rl_insight_otlp": counters["ended"]} and balance(counters) == 0, counters
     spans = wait_for_run(rl_insight_hub.receiver, run, counters["ended"])
@@ -327,8 +327,8 @@ def test_auto_uses_the_hub_when_the_server_advertises_no_port(rl_insight_hub: Rl
         assert run.bridge.force_flush(30)
         status = run.bridge.status()
     assert status["rl_insight_transport"] == "hub", status
-    assert status["otlp_endpoint"] is None
-    assert "advertises no otlp_port" in (status["otlp_error"] or ""), status
+    assert status["exporters"]["rl_insight"]["endpoint"] is None
+    assert "advertises no otlp_port" in (status["exporters"]["rl_insight"]["last_error"] or ""), status
     counters = status["counters"]
     assert counters["exported"] == {"rl_insight": counters["ended"]} and balance(counters) == 0, counters
     spans = wait_for_run(rl_insight_hub.receiver, run, counters["ended"])
@@ -383,7 +383,7 @@ def test_endpoint_failure_mid_run_loses_nothing_and_duplicates_nothing(
             )
             during = bridge.status()
             assert during["rl_insight_transport"] == "hub", during
-            assert during["otlp_error"], during
+            assert during["exporters"]["rl_insight"]["last_error"], during
             assert during["counters"]["otlp_failed_batches"] >= 1, during
             # Recovery: the endpoint is retried with backoff and the direct path resumes.
             if outage == "503":
@@ -403,7 +403,7 @@ def test_endpoint_failure_mid_run_loses_nothing_and_duplicates_nothing(
         assert counters["fallback"] == counters["dropped"] == counters["failed"] == 0, counters
         assert counters["ended"] == len(sent)
         assert status["rl_insight_transport"] == "otlp", status
-        assert status["otlp_error"] is None, status  # recovered: no stale error reported
+        assert status["exporters"]["rl_insight"]["last_error"] is None, status  # recovered: no stale error reported
 
         exported = counters["exported"]
         assert exported["rl_insight"] >= 30 and exported["rl_insight_otlp"] >= 1, exported

@@ -440,7 +440,7 @@ def test_finish_flushes_and_leaves_someone_elses_rl_insight_on(
         facade.trace_span(f"f{i}", start_time_ns=T0 + i, end_time_ns=T0 + i + 1, attributes={"tag": run_tag})
     facade.finish()
     status = bridge.status()
-    assert status["queued"] == 0 and status["counters"]["exported"] == {"rl_insight": 50}
+    assert status["pending"]["queued"] == 0 and status["counters"]["exported"] == {"rl_insight": 50}
     assert balance(status["counters"]) == 0
     # the session's fixture initialised RL-Insight, not the bridge: it stays on for others
     assert rl_insight.api._STATE.enabled is True and rl_insight_compat.init_calls() == 0
@@ -455,7 +455,7 @@ def test_finish_without_rl_insight_flushes(facade: type[RLInsightLogger]) -> Non
     facade.trace_span("x", start_time_ns=T0, end_time_ns=T0 + 1)
     facade.finish()
     bridge = vob.get_bridge()
-    assert bridge.status()["queued"] == 0 and len(bridge.memory_exporter.get_finished_spans()) == 1
+    assert bridge.status()["pending"]["queued"] == 0 and len(bridge.memory_exporter.get_finished_spans()) == 1
 
 
 # --------------------------------------------------------------------------- concurrency, in a fresh process

@@ -115,8 +115,9 @@ def test_rl_insight_discovery_gives_up_within_its_timeout_with_a_bounded_read(ho
 def test_a_destination_that_dribbles_is_marked_down_and_the_batch_spilled(
     hostile: Hostile, make_bridge: Callable[..., Bridge], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", str(TIMEOUT_S))
-    bridge = make_bridge(exporter="otlp", otlp_endpoint=f"{hostile.url}/v1/traces", schedule_delay_ms=10)
+    bridge = make_bridge(
+        exporter="otlp", otlp_endpoint=f"{hostile.url}/v1/traces", otlp_timeout_s=TIMEOUT_S, schedule_delay_ms=10
+    )
     with bridge.span("s"):
         pass
     wait_until(lambda: bridge.status()["counters"]["spilled"] == 1, what="the batch spilled")

@@ -1,4 +1,4 @@
-"""The exporters' own failure paths: a raising fallback, the counting wrapper, a flush with a hung exporter.
+"""The destinations' own failure paths: a raising fallback, a raising primary, a flush with a hung exporter.
 
 (A raising RL-Insight, a slow or hung one at run time and at shutdown: ``test_reliability.py``.)
 """
@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -17,8 +18,10 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal.accounting import SpanCounts, balance
-from verl_otel_bridge._internal.exporters import BoundedMemorySpanExporter, CountingSpanExporter
-from verl_otel_bridge._internal.exporters.fallback import FallbackSpanExporter
+from verl_otel_bridge._internal.exporters.destination import Outcome
+from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
+from verl_otel_bridge._internal.exporters.sdk import SdkExporter
+from verl_otel_bridge._internal.pipeline.chain import ExportChain, Named
 from verl_otel_bridge._internal.rl_insight.exporter import RLInsightSpanExporter
 from verl_otel_bridge.testing import SpanCapture
 
@@ -40,22 +43,24 @@ class RaisingExporter(SpanExporter):
 class TakesSome:
     """A primary that takes the first ``takes`` spans of each batch (counted ``exported.primary``)."""
 
-    def __init__(self, takes: int, counts: SpanCounts, *, raises: bool = False) -> None:
-        self.takes, self.counts, self.raises = takes, counts, raises
+    def __init__(self, takes: int, *, raises: bool = False) -> None:
+        self.takes, self.raises = takes, raises
         self.flushed = self.shut = False
 
-    def deliver(self, spans: Sequence[ReadableSpan]) -> Sequence[ReadableSpan]:
+    def send(self, spans: Sequence[ReadableSpan]) -> Outcome:
         if self.raises:
             raise ConnectionError("primary down")
-        self.counts.add("exported.primary", min(self.takes, len(spans)))
-        return spans[self.takes :]
+        return Outcome(min(self.takes, len(spans)), refused=spans[self.takes :])
 
-    def force_flush(self, timeout_millis: int) -> bool:
+    def flush(self, timeout_s: float) -> bool:
         self.flushed = True
         return True
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         self.shut = True
+
+    def where(self) -> Any:
+        return {"endpoint": None, "path": None, "last_error": None}
 
 
 @pytest.mark.parametrize(
@@ -67,21 +72,21 @@ class TakesSome:
         (0, True, False, SpanExportResult.SUCCESS, {"exported.primary": 0, "fallback": 5, "failed": 0}),
     ],
 )
-def test_the_fallback_wrapper_sends_what_the_primary_could_not_take_and_counts_each_span_once(
+def test_the_chain_sends_what_the_primary_could_not_take_to_the_fallback_and_counts_each_span_once(
     takes: int, raises: bool, fallback_raises: bool, result: SpanExportResult, counted: dict[str, int]
 ) -> None:
     counts = SpanCounts()
-    primary = TakesSome(takes, counts, raises=raises)
-    fallback = RaisingExporter() if fallback_raises else BoundedMemorySpanExporter(10)
-    exporter = FallbackSpanExporter(primary, fallback, counts, "memory")
+    primary = TakesSome(takes, raises=raises)
+    fallback = SdkExporter(RaisingExporter()) if fallback_raises else BoundedMemorySpanExporter(10)
+    chain = ExportChain(Named("primary", primary), counts, fallback=Named("memory", fallback))
     spans = [ReadableSpan(name=f"s{i}") for i in range(5)]
-    assert exporter.export(spans) is result
+    assert (SpanExportResult.SUCCESS if chain.export(spans) else SpanExportResult.FAILURE) is result
     assert {key: counts.get(key) for key in counted} == counted
     if isinstance(fallback, BoundedMemorySpanExporter):
         assert [s.name for s in fallback.get_finished_spans()] == [s.name for s in spans[5 - counted["fallback"] :]]
-    exporter.force_flush(1000)
+    chain.flush(1.0)
     assert primary.flushed
-    exporter.shutdown()
+    chain.close()
     assert primary.shut
 
 
@@ -94,7 +99,7 @@ def _ten_spans(bridge: Bridge) -> None:
 
 
 def test_raising_fallback_counts_failed(monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge]) -> None:
-    monkeypatch.setattr(BoundedMemorySpanExporter, "export", RaisingExporter.export)
+    monkeypatch.setattr(BoundedMemorySpanExporter, "send", RaisingExporter.export)
     bridge = make_bridge(exporter="rl_insight")  # unusable (not installed): everything goes to the fallback
     _ten_spans(bridge)
     counters = assert_balanced(bridge)
@@ -110,10 +115,10 @@ def test_rl_insight_exporter_with_raising_fallback_never_raises(otel_spans: Span
     assert (counts.get("failed"), counts.get("fallback")) == (1, 0)
 
 
-def test_counting_exporter_turns_exceptions_into_failed() -> None:
+def test_the_chain_turns_a_destinations_exception_into_failed() -> None:
     counts = SpanCounts()
-    exporter = CountingSpanExporter(RaisingExporter(), counts, "exported.x")
-    assert exporter.export([object(), object()]) is SpanExportResult.FAILURE  # type: ignore[list-item]
+    chain = ExportChain(Named("x", SdkExporter(RaisingExporter())), counts)
+    assert chain.export([object(), object()]) is False  # type: ignore[list-item]
     assert (counts.get("failed"), counts.get("exported.x")) == (2, 0)
 
 

@@ -23,7 +23,7 @@ HEX16 = re.compile(r"[0-9a-f]{16}")
 
 
 #: Keys every ``status()`` has, whatever the route.
-STATUS_KEYS = {"enabled", "exporter", "reason", "detail", "rl_insight_version", "counters", "queued"}
+STATUS_KEYS = {"enabled", "exporter", "reason", "detail", "rl_insight_version", "counters", "pending"}
 
 
 def route(bridge: Bridge) -> tuple[str, str]:
@@ -68,7 +68,7 @@ def test_memory(make_bridge: Callable[..., Bridge]) -> None:
     assert {s.name for s in bridge.memory_exporter.get_finished_spans()} == {"agent_session", "turn", "generate"}
     assert route(bridge) == ("memory", "configured")
     status = bridge.status()
-    assert (status["rl_insight_version"], status["queued"]) == (None, 0)
+    assert (status["rl_insight_version"], status["pending"]["queued"]) == (None, 0)
     assert "memory" in status["detail"]
     assert status["counters"]["exported"] == {"memory": 3}
 
@@ -120,7 +120,9 @@ def test_none_discards_but_counts(make_bridge: Callable[..., Bridge]) -> None:
     make_spans(bridge)
     assert bridge.memory_exporter is None
     assert route(bridge) == ("none", "configured")
-    assert assert_balanced(bridge)["exported"] == {"none": 3}
+    counters = assert_balanced(bridge)
+    assert (counters["exported"], counters["discarded"]) == ({}, 3)  # discarded, not "exported"
+    assert bridge.status()["exporters"]["none"]["discarded"] == 3
 
 
 @pytest.mark.parametrize("exporter", ["auto", "rl_insight"])
@@ -136,7 +138,8 @@ def test_unusable_rl_insight_goes_to_each_fallback(
     status = bridge.status()
     assert status["rl_insight_version"] is None
     assert "not installed" in status["detail"] and "0.3.0" in status["detail"]
-    assert counters["fallback"] == 3 and counters["exported"] == {}
+    taken = "discarded" if fallback == "none" else "fallback"  # none keeps nothing: it discards
+    assert counters[taken] == 3 and counters["exported"] == {}
     if fallback == "memory":
         assert all(identity_of(s) for s in bridge.memory_exporter.get_finished_spans())
         assert len(bridge.memory_exporter.get_finished_spans()) == 3
@@ -213,7 +216,11 @@ def test_shutdown_summary_level(
 
 def test_every_exporter_name_the_config_accepts_is_a_kind_or_the_routes() -> None:
     from verl_otel_bridge._internal.config import EXPORTERS, FALLBACKS
-    from verl_otel_bridge._internal.exporters.kinds import KINDS
+    from verl_otel_bridge._internal.exporter_names import NAMES, destination_module
 
-    assert set(EXPORTERS) == {"auto", "rl_insight", *KINDS}
-    assert set(FALLBACKS) <= set(KINDS)
+    assert set(EXPORTERS) == set(NAMES) and NAMES["auto"].module is None
+    for name in set(NAMES) - {"auto"}:  # each builds; each local one (and otlp) has doctor's check too
+        module = destination_module(name)
+        assert callable(module.build), name
+        assert name == "rl_insight" or callable(module.check), name
+    assert set(FALLBACKS) <= set(NAMES) - {"auto", "rl_insight"}

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verl_otel_bridge._internal.accounting import SpanCounts
-from verl_otel_bridge._internal.exporters.counting import CountingSpanExporter
-from verl_otel_bridge._internal.exporters.memory import InMemorySpanExporter
+from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
+from verl_otel_bridge._internal.pipeline.chain import ExportChain, Named
 from verl_otel_bridge._internal.records import read_records
 from verl_otel_bridge._internal.report.html import render_html
 from verl_otel_bridge._internal.report.text import renderables
@@ -60,7 +60,7 @@ def test_a_deeply_nested_line_is_one_bad_line_for_every_reader(tmp_path: Path) -
     with path.open("rb") as stream:
         summary = replay_records(
             stream,
-            CountingSpanExporter(InMemorySpanExporter(), counts := SpanCounts(), "exported.memory"),
+            ExportChain(Named("memory", BoundedMemorySpanExporter()), counts := SpanCounts()),
             counts,
             batch_size=10,
         )
@@ -147,7 +147,7 @@ def test_report_show_and_replay_never_crash_on_any_json_value_in_any_field(
     with path.open("rb") as stream:
         counts = SpanCounts()
         summary = replay_records(
-            stream, CountingSpanExporter(InMemorySpanExporter(), counts, "exported.memory"), counts, batch_size=2
+            stream, ExportChain(Named("memory", BoundedMemorySpanExporter()), counts), counts, batch_size=2
         )
     assert summary.read + len(summary.bad) == len(records)
     for command in (("show", str(path)), ("report", str(path))):

@@ -71,11 +71,11 @@ MOVED_PATHS = [
     ("verl_otel_bridge.otlp.encoding", "verl_otel_bridge._internal.otlp.encoding", "SpanEncoder", "_internal.otlp"),
     (
         "verl_otel_bridge.exporters.vocabulary",
-        "verl_otel_bridge._internal.exporters.vocabulary",
+        "verl_otel_bridge._internal.vocabulary",
         "generic_span",
         "verl_otel_bridge.testing import generic_span",
     ),
-    ("verl_otel_bridge.pipeline.chain", "verl_otel_bridge._internal.pipeline.chain", "build_pipeline", "_internal"),
+    ("verl_otel_bridge.pipeline.chain", "verl_otel_bridge._internal.pipeline.chain", "ExportChain", "_internal"),
 ]
 
 

@@ -16,7 +16,7 @@ from otlp_receiver import OtlpReceiver
 from threads import burst
 
 from verl_otel_bridge import Bridge
-from verl_otel_bridge._internal.pipeline.budget import span_size
+from verl_otel_bridge._internal.pipeline.queue import span_size
 from verl_otel_bridge._internal.records import read_records, record_to_span
 
 from .helpers import WAIT_S, StartReceiver, assert_balanced, wait_until
@@ -77,9 +77,8 @@ def _bridge_to_a_down_receiver(
 ) -> Bridge:
     """``exporter: otlp`` to a loopback port nothing listens on (``port``: a given one), a sender that gives a
     batch up after a second, and batches every 10 ms."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
     endpoint = f"http://127.0.0.1:{port or _closed_port()}/v1/traces"
-    return make_bridge(exporter="otlp", otlp_endpoint=endpoint, schedule_delay_ms=10, **settings)
+    return make_bridge(exporter="otlp", otlp_endpoint=endpoint, otlp_timeout_s=1, schedule_delay_ms=10, **settings)
 
 
 def test_spill_while_the_receiver_is_down_then_drain_with_nothing_lost_or_doubled(

@@ -29,12 +29,13 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal.config import value_sources
-from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
+from verl_otel_bridge._internal.exporters.destination import Outcome
+from verl_otel_bridge._internal.exporters.jsonl import JsonlFile
 from verl_otel_bridge._internal.identity import IDENTITY_KEYS
 
 from .helpers import WAIT_S, assert_balanced, finished, identity_of, wait_until
@@ -224,15 +225,15 @@ def test_otel_bsp_variables_bound_the_bridge_export_queue(monkeypatch: pytest.Mo
     monkeypatch.setenv("VERL_OTEL_BRIDGE_SPILL_MAX_BYTES", "0")  # spilling off: past the bound, dropped
     entered, release = threading.Event(), threading.Event()
     batches: list[int] = []
-    real_export = JsonlSpanExporter.export
+    real_export = JsonlFile.send
 
-    def held_export(self: JsonlSpanExporter, spans: Any) -> SpanExportResult:
+    def held_export(self: JsonlFile, spans: Any) -> Outcome:
         batches.append(len(spans))
         entered.set()
         release.wait(WAIT_S)
         return real_export(self, spans)
 
-    monkeypatch.setattr(JsonlSpanExporter, "export", held_export)
+    monkeypatch.setattr(JsonlFile, "send", held_export)
     bridge = vob.configure(exporter="jsonl", jsonl_path=str(tmp_path / "spans.jsonl"))
     assert (bridge.config.max_queue_size, bridge.config.max_export_batch_size, bridge.config.schedule_delay_ms) == (
         4,
@@ -381,4 +382,4 @@ def test_memory_and_jsonl_both_get_every_span(source: str, tmp_path: Path, monke
     assert counters["exported"] == {"memory": 6}  # the primary, in the accounting equation
     assert counters["copies.jsonl"] == 6  # the copy, counted apart
     assert "copies_failed.jsonl" not in counters
-    wait_until(lambda: bridge.status()["queued"] == 0, what="an empty queue")
+    wait_until(lambda: bridge.status()["pending"]["queued"] == 0, what="an empty queue")

@@ -87,9 +87,9 @@ def test_flush_and_shutdown_deadlines_hold_while_the_exporter_retries(
     start_receiver: StartReceiver, monkeypatch: pytest.MonkeyPatch, make_bridge: Callable[..., Bridge]
 ) -> None:
     sink = start_receiver(answers=[(503, {"Retry-After": "3"})] * 50)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "60")  # the export alone would retry for a minute
     before = set(_export_threads())
-    bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url, schedule_delay_ms=600_000)
+    # otlp_timeout_s (OTEL_EXPORTER_OTLP_TIMEOUT): the export alone would retry for a minute
+    bridge = make_bridge(exporter="otlp", otlp_endpoint=sink.url, otlp_timeout_s=60, schedule_delay_ms=600_000)
     (worker,) = set(_export_threads()) - before
     for i in range(3):
         with bridge.span("s", i=i):

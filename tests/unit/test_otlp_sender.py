@@ -1,5 +1,5 @@
 """Sending OTLP/HTTP: OtlpHttpSender (kept-alive connections, retries within a deadline, OpenTelemetry's
-env settings, clear errors), OtlpSpanExporter (size-limited requests) and the RL-Insight OtlpTransport."""
+env settings, clear errors), the otlp destination (size-limited requests) and the RL-Insight OtlpTransport."""
 
 from __future__ import annotations
 
@@ -20,16 +20,17 @@ from typing import Any
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from otlp_receiver import OtlpReceiver
 
 import verl_otel_bridge as vob
-from verl_otel_bridge._internal.otlp.exporter import OtlpSpanExporter
+from verl_otel_bridge import BridgeConfig
+from verl_otel_bridge._internal.otlp.exporter import OtlpDestination
 from verl_otel_bridge._internal.otlp.sender import MAX_ATTEMPTS, OtlpHttpSender, OtlpSendError
-from verl_otel_bridge._internal.otlp.settings import SenderSettings
+from verl_otel_bridge._internal.otlp.settings import DEFAULT_ENDPOINT, SenderSettings
 from verl_otel_bridge._internal.rl_insight.exporter import forwarded_attributes
-from verl_otel_bridge._internal.rl_insight.otlp import OtlpTransport
+from verl_otel_bridge._internal.rl_insight.otlp import OtlpTransport, otlp_settings
 from verl_otel_bridge._version import install_command
 
 from .helpers import WAIT_S, StartReceiver, wait_until
@@ -37,6 +38,29 @@ from .helpers import WAIT_S, StartReceiver, wait_until
 
 def sender(url: str, timeout_s: float = 5, **settings: Any) -> OtlpHttpSender:
     return OtlpHttpSender(url, SenderSettings(timeout_s=timeout_s, **settings))
+
+
+def sender_from(url: str, environ: dict[str, str]) -> OtlpHttpSender:
+    """A sender for ``url`` configured from ``environ``'s ``OTEL_EXPORTER_OTLP_*`` and proxy variables."""
+    return OtlpHttpSender.of(url, BridgeConfig.resolve(environ=environ), environ=environ)
+
+
+def settings_from(environ: dict[str, str]) -> SenderSettings:
+    return SenderSettings.of(BridgeConfig.resolve(environ=environ), environ=environ)
+
+
+def otlp_from(environ: dict[str, str], endpoint: str | None = None) -> OtlpDestination:
+    """The ``otlp`` destination configured from ``environ`` (and ``otlp_endpoint``, when given)."""
+    explicit = {"otlp_endpoint": endpoint} if endpoint is not None else {}
+    config = BridgeConfig.resolve(environ=environ, exporter="otlp", **explicit)
+    return OtlpDestination(OtlpHttpSender.of(config.otlp_endpoint or DEFAULT_ENDPOINT, config, environ=environ))
+
+
+def transport_from(server_url: str, environ: dict[str, str], **given: Any) -> OtlpTransport:
+    """RL-Insight's OTLP transport configured from ``environ``."""
+    settings = otlp_settings(BridgeConfig.resolve(environ=environ, rl_insight_transport="otlp"))
+    assert settings is not None
+    return OtlpTransport(server_url, settings, environ=environ, **given)
 
 
 def test_posts_protobuf_bodies_over_one_kept_alive_connection(start_receiver: StartReceiver) -> None:
@@ -74,7 +98,7 @@ def test_compression_and_headers_come_from_opentelemetrys_variables(
         "OTEL_EXPORTER_OTLP_HEADERS": "x-general=1",
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "Authorization=Bearer%20t0ken, x-tenant = team-a",
     }
-    OtlpHttpSender.from_environment(receiver.url, environ).send(b"payload" * 100)
+    sender_from(receiver.url, environ).send(b"payload" * 100)
     (request,) = receiver.requests
     assert decompress(request.body) == b"payload" * 100
     assert request.size < 700  # compressed on the wire
@@ -87,7 +111,7 @@ def test_compression_and_headers_come_from_opentelemetrys_variables(
 def test_general_variables_apply_when_no_traces_variable_is_set(start_receiver: StartReceiver) -> None:
     receiver = start_receiver()
     environ = {"OTEL_EXPORTER_OTLP_HEADERS": "x-general=1", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}
-    OtlpHttpSender.from_environment(receiver.url, environ).send(b"x")
+    sender_from(receiver.url, environ).send(b"x")
     (request,) = receiver.requests
     assert request.headers["x-general"] == "1" and gzip.decompress(request.body) == b"x"
 
@@ -204,15 +228,15 @@ def test_close_ends_a_wait_between_retries(start_receiver: StartReceiver) -> Non
 def test_the_endpoint_follows_opentelemetrys_rules(
     environ: dict[str, str], explicit: str | None, expected: str
 ) -> None:
-    exporter = OtlpSpanExporter.from_environment(environ, endpoint=explicit)
+    exporter = otlp_from(environ, endpoint=explicit)
     assert exporter.sender.endpoint == expected
 
 
 def test_the_timeout_is_read_in_seconds_the_traces_variable_first() -> None:
-    assert SenderSettings.from_environment({}).timeout_s == 10.0  # OpenTelemetry's default
-    assert SenderSettings.from_environment({"OTEL_EXPORTER_OTLP_TIMEOUT": "2.5"}).timeout_s == 2.5
+    assert settings_from({}).timeout_s == 10.0  # OpenTelemetry's default
+    assert settings_from({"OTEL_EXPORTER_OTLP_TIMEOUT": "2.5"}).timeout_s == 2.5
     both = {"OTEL_EXPORTER_OTLP_TIMEOUT": "2.5", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "7"}
-    assert SenderSettings.from_environment(both).timeout_s == 7.0
+    assert settings_from(both).timeout_s == 7.0
 
 
 def test_the_timeout_variable_bounds_an_export(start_receiver: StartReceiver) -> None:
@@ -220,10 +244,8 @@ def test_the_timeout_variable_bounds_an_export(start_receiver: StartReceiver) ->
     receiver = start_receiver(stall=release)
     started = time.monotonic()
     try:
-        exporter = OtlpSpanExporter.from_environment(
-            {"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "0.3"}, endpoint=receiver.url
-        )
-        assert exporter.export(_two_spans()) is SpanExportResult.FAILURE
+        exporter = otlp_from({"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "0.3"}, endpoint=receiver.url)
+        assert exporter.send(_two_spans()).refused
         assert time.monotonic() - started < 3
     finally:
         release.set()
@@ -232,17 +254,41 @@ def test_the_timeout_variable_bounds_an_export(start_receiver: StartReceiver) ->
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
-        ({"OTEL_EXPORTER_OTLP_TIMEOUT": "10s"}, r"OTEL_EXPORTER_OTLP_TIMEOUT='10s' is not a number of seconds"),
-        ({"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "0"}, r"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT=0.0 must be a positive"),
-        ({"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}, r"OTEL_EXPORTER_OTLP_COMPRESSION='zstd' is not one of none, gzip"),
-        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "collector:4318"}, r"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT='colle.*http"),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://c/"}, r"OTEL_EXPORTER_OTLP_ENDPOINT='ftp://c/' is not an http\(s\)"),
-        ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}, r"PROTOCOL='grpc'.*sends http/protobuf only"),
-        ({"OTEL_EXPORTER_OTLP_CLIENT_KEY": "/k.pem"}, r"CLIENT_KEY='/k.pem' is set without a client certificate"),
-        ({"OTEL_EXPORTER_OTLP_CERTIFICATE": "/absent.pem"}, r"OTEL_EXPORTER_OTLP_CERTIFICATE='/absent.pem' cannot be"),
+        (
+            {"OTEL_EXPORTER_OTLP_TIMEOUT": "10s"},
+            r"OTEL_EXPORTER_OTLP_TIMEOUT = '10s' is not valid for 'otlp_timeout_s': expected a number of seconds",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "0"},
+            r"otlp_timeout_s=0.0 must be a positive.*OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"},
+            r"otlp_compression='zstd' is not one of: none, gzip.*OTEL_EXPORTER_OTLP_COMPRESSION",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "collector:4318"},
+            r"otlp_endpoint='colle.*http.*OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://c/"},
+            r"otlp_endpoint='ftp://c/v1/traces' is not an http\(s\).*OTEL_EXPORTER_OTLP_ENDPOINT",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"},
+            r"protocol='grpc'.*sends http/protobuf only.*OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_CLIENT_KEY": "/k.pem"},
+            r"client_key='/k.pem' is set without a client certificate.*OTEL_EXPORTER_OTLP_CLIENT_KEY",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/absent.pem"},
+            r"otlp_certificate='/absent.pem' cannot be.*OTEL_EXPORTER_OTLP_CERTIFICATE",
+        ),
         (
             {"OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE": "/absent.pem"},
-            r"OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE='/absent.pem' cannot be loaded",
+            r"otlp_client_certificate='/absent.pem' cannot be loaded.*OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
         ),
         (
             {"OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER": "mine"},
@@ -252,16 +298,16 @@ def test_the_timeout_variable_bounds_an_export(start_receiver: StartReceiver) ->
 )
 def test_a_bad_variable_raises_at_construction_naming_it(environ: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        OtlpSpanExporter.from_environment(environ)
+        otlp_from(environ)
 
 
 def test_the_protocol_variable_may_say_http_protobuf() -> None:
-    exporter = OtlpSpanExporter.from_environment({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
+    exporter = otlp_from({"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
     assert exporter.sender.endpoint == "http://localhost:4318/v1/traces"
 
 
 def test_header_parsing_follows_opentelemetrys_format() -> None:
-    parse = SenderSettings.from_environment
+    parse = settings_from
     assert parse({"OTEL_EXPORTER_OTLP_HEADERS": "A=1,b=x%3Dy, c = two words ,,"}).headers == {
         "a": "1",
         "b": "x=y",
@@ -271,8 +317,10 @@ def test_header_parsing_follows_opentelemetrys_format() -> None:
 
 @pytest.mark.parametrize("text", ["novalue", "=empty-key", "bad name=1", "ok=1,Bearer s3cr3t-t0ken"])
 def test_a_bad_header_entry_raises_without_showing_values(text: str) -> None:
-    with pytest.raises(ValueError, match=r"OTEL_EXPORTER_OTLP_TRACES_HEADERS: entry \d of \d") as raised:
-        SenderSettings.from_environment({"OTEL_EXPORTER_OTLP_TRACES_HEADERS": text})
+    with pytest.raises(
+        ValueError, match=r"OTEL_EXPORTER_OTLP_TRACES_HEADERS = .*'otlp_headers'.*entry \d of \d"
+    ) as raised:
+        settings_from({"OTEL_EXPORTER_OTLP_TRACES_HEADERS": text})
     assert "s3cr3t" not in str(raised.value) and "novalue" not in str(raised.value)
 
 
@@ -280,7 +328,7 @@ def test_header_values_and_url_passwords_never_show(start_receiver: StartReceive
     receiver = start_receiver(status=401)
     url = receiver.url.replace("http://", "http://user:pa55word@")
     environ = {"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=s3cr3t-value"}
-    posting = OtlpHttpSender.from_environment(url, environ)
+    posting = sender_from(url, environ)
     with pytest.raises(OtlpSendError) as raised:
         posting.send(b"x")
     shown = " ".join([repr(posting), repr(posting.settings), str(raised.value), posting.endpoint])
@@ -294,12 +342,12 @@ def test_header_values_and_url_passwords_never_show(start_receiver: StartReceive
 def test_proxy_variables_are_honoured_unless_no_proxy_matches(start_receiver: StartReceiver) -> None:
     proxy = start_receiver()
     target = "http://127.0.0.1:9/v1/traces"  # nothing listens there: only the proxy can answer
-    OtlpHttpSender.from_environment(target, {"HTTP_PROXY": proxy.base_url}).send(b"x")
+    sender_from(target, {"HTTP_PROXY": proxy.base_url}).send(b"x")
     (request,) = proxy.requests
     assert request.path == target and request.body == b"x"  # a proxy request names the whole URL
     bypassing = {"http_proxy": proxy.base_url, "NO_PROXY": "127.0.0.1"}
     with pytest.raises(OtlpSendError, match="Connection refused"):
-        OtlpHttpSender.from_environment(target, {**bypassing, "OTEL_EXPORTER_OTLP_TIMEOUT": "0.5"}).send(b"y")
+        sender_from(target, {**bypassing, "OTEL_EXPORTER_OTLP_TIMEOUT": "0.5"}).send(b"y")
     assert len(proxy.requests) == 1
 
 
@@ -359,7 +407,7 @@ def test_https_trusts_the_certificate_opentelemetrys_variable_names(
     with pytest.raises(OtlpSendError, match="CERTIFICATE_VERIFY_FAILED"):
         sender(receiver.url).send(b"untrusted")
     environ = {"OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": str(cert)}
-    OtlpHttpSender.from_environment(receiver.url, environ).send(b"trusted")
+    sender_from(receiver.url, environ).send(b"trusted")
     assert [r.body for r in receiver.requests] == [b"trusted"]
 
 
@@ -372,7 +420,7 @@ def test_mutual_tls_sends_the_client_certificate_and_key(
     receiver = start_receiver(tls=_server_tls(cert, key, client_ca=client_cert))
     trusted = {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(cert), "OTEL_EXPORTER_OTLP_TIMEOUT": "2"}
     with pytest.raises(OtlpSendError):
-        OtlpHttpSender.from_environment(receiver.url, trusted).send(b"anonymous")  # the server wants a certificate
+        sender_from(receiver.url, trusted).send(b"anonymous")  # the server wants a certificate
     if key_apart:
         mine = {
             "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": str(client_cert),
@@ -382,15 +430,17 @@ def test_mutual_tls_sends_the_client_certificate_and_key(
         combined = tmp_path / "combined.pem"
         combined.write_bytes(client_cert.read_bytes() + client_key.read_bytes())
         mine = {"OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE": str(combined)}
-    OtlpHttpSender.from_environment(receiver.url, {**trusted, **mine}).send(b"known")
+    sender_from(receiver.url, {**trusted, **mine}).send(b"known")
     assert [r.body for r in receiver.requests] == [b"known"]
 
 
 def test_a_certificate_that_is_not_pem_raises_at_construction(tmp_path: Path) -> None:
     bogus = tmp_path / "bogus.pem"
     bogus.write_text("not a certificate")
-    with pytest.raises(ValueError, match=r"OTEL_EXPORTER_OTLP_CERTIFICATE='.*bogus.pem' cannot be loaded"):
-        OtlpHttpSender.from_environment("https://127.0.0.1:1/v1/traces", {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(bogus)})
+    with pytest.raises(
+        ValueError, match=r"otlp_certificate='.*bogus.pem' cannot be loaded.*OTEL_EXPORTER_OTLP_CERTIFICATE"
+    ):
+        sender_from("https://127.0.0.1:1/v1/traces", {"OTEL_EXPORTER_OTLP_CERTIFICATE": str(bogus)})
 
 
 # --------------------------------------------------------- the span exporter
@@ -415,8 +465,8 @@ def _decoded(body: bytes) -> list[Any]:
 def test_a_batch_over_the_size_limit_is_split_into_requests_under_it(start_receiver: StartReceiver) -> None:
     receiver = start_receiver()
     spans = _spans(20, payload=300)
-    exporter = OtlpSpanExporter(sender(receiver.url), max_request_bytes=2000)
-    assert exporter.export(spans) is SpanExportResult.SUCCESS
+    exporter = OtlpDestination(sender(receiver.url), max_request_bytes=2000)
+    assert exporter.send(spans).accepted == len(spans)
     sizes = [r.size for r in receiver.requests]
     assert len(sizes) > 1 and max(sizes) <= 2000, sizes
     names = [span.name for r in receiver.requests for span in _decoded(r.body)]
@@ -428,10 +478,10 @@ def test_a_span_too_large_alone_is_left_out_and_the_rest_is_sent(
 ) -> None:
     receiver = start_receiver()
     spans = [*_spans(2), *_spans(1, payload=5000), *_spans(2)]
-    exporter = OtlpSpanExporter(sender(receiver.url), max_request_bytes=2000)
-    for _ in range(2):  # the rest is sent, and the exporter says one span was left out (counted failed)
-        assert exporter.export(spans) is SpanExportResult.SUCCESS
-        assert exporter.take_left_out() == 1 and exporter.take_left_out() == 0
+    exporter = OtlpDestination(sender(receiver.url), max_request_bytes=2000)
+    for _ in range(2):  # the rest is sent, and the destination says one span was left out (counted failed)
+        outcome = exporter.send(spans)
+        assert not outcome.refused and (outcome.accepted, outcome.left_out) == (4, 1)
     sent = [span.name for r in receiver.requests for span in _decoded(r.body)]
     assert sent == ["span-0", "span-1", "span-0", "span-1"] * 2
     warned = [r.getMessage() for r in caplog.records if "request limit" in r.getMessage()]
@@ -440,13 +490,13 @@ def test_a_span_too_large_alone_is_left_out_and_the_rest_is_sent(
 
 def test_the_exporter_sends_gzip_requests_that_decode_to_the_spans(start_receiver: StartReceiver) -> None:
     receiver = start_receiver()
-    exporter = OtlpSpanExporter.from_environment({"OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}, endpoint=receiver.url)
+    exporter = otlp_from({"OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}, endpoint=receiver.url)
     spans = _spans(5, payload=200)
-    assert exporter.export(spans) is SpanExportResult.SUCCESS
+    assert exporter.send(spans).accepted == 5
     (request,) = receiver.requests
     assert [s.name for s in _decoded(gzip.decompress(request.body))] == [s.name for s in spans]
-    exporter.shutdown()
-    assert exporter.export(spans) is SpanExportResult.FAILURE  # after shutdown: refused, nothing sent
+    exporter.close()
+    assert exporter.send(spans).refused  # after shutdown: refused, nothing sent
     assert len(receiver.requests) == 1
 
 
@@ -468,12 +518,10 @@ def test_the_transport_sends_what_the_hub_would_with_the_variables_applied(start
     receiver = start_receiver()
     server_url = receiver.base_url
     environ = {"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-team=rl", "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}
-    transport = OtlpTransport(
-        server_url, namespace="ns", labels={"project": "p", "experiment_name": "e"}, environ=environ
-    )
+    transport = transport_from(server_url, environ, namespace="ns", labels={"project": "p", "experiment_name": "e"})
     assert transport.available() and transport.endpoint == receiver.url
     spans = _two_spans()
-    assert transport.send(spans, [forwarded_attributes(span) for span in spans]) == 2
+    assert transport.send(spans, [forwarded_attributes(span) for span in spans]).accepted == 2
     (request,) = receiver.requests
     assert request.headers["x-team"] == "rl"
     message = ExportTraceServiceRequest.FromString(gzip.decompress(request.body))
@@ -491,26 +539,26 @@ def test_the_transport_sends_what_the_hub_would_with_the_variables_applied(start
 
 def test_a_refused_batch_reports_why_and_waits_for_the_backoff(start_receiver: StartReceiver) -> None:
     receiver = start_receiver(status=400)
-    transport = OtlpTransport(receiver.base_url, environ={})
+    transport = transport_from(receiver.base_url, {})
     assert transport.available()
     spans = _two_spans()
-    assert transport.send(spans, [forwarded_attributes(span) for span in spans]) == 0
+    assert transport.send(spans, [forwarded_attributes(span) for span in spans]).accepted == 0
     assert transport.last_error is not None and "400" in transport.last_error
     assert transport.available() is False  # retried after the backoff (1 s, doubling), not on the next batch
 
 
 def test_a_split_batch_that_fails_part_way_says_how_many_were_delivered(start_receiver: StartReceiver) -> None:
     receiver = start_receiver(answers=[(200, {}), (400, {})])
-    transport = OtlpTransport(receiver.base_url, environ={})
+    transport = transport_from(receiver.base_url, {})
     assert transport.available()
     transport._exporter.max_request_bytes = 2000  # type: ignore[union-attr]
     spans = _spans(20, payload=300)
-    delivered = transport.send(spans, [forwarded_attributes(span) for span in spans])
+    delivered = transport.send(spans, [forwarded_attributes(span) for span in spans]).accepted
     first = _decoded(receiver.requests[0].body)
     assert 0 < delivered == len(first) < 20  # the rest go through the hub, none twice
 
 
 def test_the_transport_reads_the_export_timeout_from_opentelemetrys_variable() -> None:
-    transport = OtlpTransport("http://127.0.0.1:1", environ={"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "1.5"})
+    transport = transport_from("http://127.0.0.1:1", {"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "1.5"})
     assert transport._settings.timeout_s == 1.5
-    assert OtlpTransport("http://127.0.0.1:1", environ={})._settings.timeout_s == 5.0  # its own default
+    assert transport_from("http://127.0.0.1:1", {})._settings.timeout_s == 5.0  # its own default

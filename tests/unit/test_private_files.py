@@ -119,10 +119,10 @@ def test_reading_refuses_a_file_of_another_user(tmp_path: Path) -> None:
 
 
 def test_a_jsonl_capture_is_created_0600_and_appended_to_as_the_users_own(tmp_path: Path) -> None:
-    from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
+    from verl_otel_bridge._internal.exporters.jsonl import JsonlFile
 
     path = tmp_path / "new" / "spans.jsonl"
-    JsonlSpanExporter(path).shutdown()
+    JsonlFile(path).close()
     assert mode(path) == 0o600
     assert mode(path.parent) == 0o700
     path.write_text("kept\n")
@@ -134,19 +134,19 @@ def test_a_jsonl_capture_is_created_0600_and_appended_to_as_the_users_own(tmp_pa
 
 def test_a_jsonl_capture_refuses_a_link_and_another_users_file(tmp_path: Path) -> None:
     from verl_otel_bridge._internal.config import ConfigError
-    from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
+    from verl_otel_bridge._internal.exporters.jsonl import JsonlFile
 
     target = tmp_path / "elsewhere"
     target.write_text("")
     (tmp_path / "link.jsonl").symlink_to(target)
     with pytest.raises(ConfigError, match="symbolic link"):
-        JsonlSpanExporter(tmp_path / "link.jsonl")
+        JsonlFile(tmp_path / "link.jsonl")
     if os.geteuid() == 0:
         planted = tmp_path / "planted.jsonl"
         planted.write_text("")
         os.chown(planted, NOBODY, NOBODY)
         with pytest.raises(ConfigError, match="another user"):
-            JsonlSpanExporter(planted)
+            JsonlFile(planted)
 
 
 def test_the_html_report_is_written_0600_and_never_through_a_link(tmp_path: Path) -> None:

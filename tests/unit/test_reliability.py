@@ -28,7 +28,7 @@ from threads import run_threads
 import verl_otel_bridge as vob
 from verl_otel_bridge import Bridge
 from verl_otel_bridge._internal.accounting import balance
-from verl_otel_bridge._internal.exporters.redacting import REDACTED
+from verl_otel_bridge._internal.records import REDACTED
 
 from .fake_rl_insight import install_broken_rl_insight, usable_rl_insight
 from .helpers import (
@@ -300,14 +300,14 @@ import atexit, json, sys
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal.accounting import balance
 
-# atexit runs handlers last-in first-out: this one runs after the bridge's own shutdown
-atexit.register(lambda: print("COUNTERS " + json.dumps(vob.get_bridge().status()["counters"])))
+# atexit runs handlers last-in first-out: this one runs after the bridge's own shutdown (its final account)
+atexit.register(lambda: print("COUNTERS " + json.dumps(vob.status()["counters"])))
 vob.configure(exporter="jsonl", jsonl_path=sys.argv[1], schedule_delay_ms=60000, shutdown_timeout_s=10)
 with vob.session(sample=0, session=0):
     for i in range(99):
         with vob.span(f"span-{i}"):
             pass
-assert vob.status()["queued"] == 100, vob.status()  # nothing exported yet: all of it waits for exit
+assert vob.status()["pending"]["queued"] == 100, vob.status()  # nothing exported yet: all of it waits for exit
 {exit}
 """
 
@@ -346,14 +346,14 @@ def test_fork_child_exports_its_spans_and_the_parents_queue_is_exported_once(tmp
     path = tmp_path / "spans.jsonl"
     bridge = vob.configure(exporter="jsonl", jsonl_path=str(path), schedule_delay_ms=600_000, max_queue_size=4096)
     end_spans(bridge, 50, prefix="parent-")
-    assert bridge.status()["queued"] == 50  # queued in the parent, not yet exported
+    assert bridge.status()["pending"]["queued"] == 50  # queued in the parent, not yet exported
 
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         code = 1
         try:
             child = vob.get_bridge()
-            fresh = child.status()["counters"]["ended"] == 0 and child.status()["queued"] == 0
+            fresh = child.status()["counters"]["ended"] == 0 and child.status()["pending"]["queued"] == 0
             end_spans(child, 30, prefix="child-")
             counters = child.status()["counters"]
             vob.shutdown(timeout_s=10)
@@ -493,7 +493,7 @@ def test_rl_insight_server_password_stays_out_of_status_and_logs(
     session_of(bridge, 3)
     assert bridge.force_flush(WAIT_S)
     status = bridge.status()
-    assert status["otlp_error"], status  # discovery failed, and says so...
+    assert status["exporters"]["rl_insight"]["last_error"], status  # discovery failed, and says so...
     _assert_no_secret(bridge, logs)  # ...without the password
     counters = assert_balanced(bridge)
     assert counters["exported"] == {"rl_insight": 4} and counters["failed"] == 0  # the hub took them

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge._internal.accounting import SpanCounts
 from verl_otel_bridge._internal.config import default_spill_dir
-from verl_otel_bridge._internal.pipeline.spill import FROM_QUEUE, Health, Spill, SpillSettings
+from verl_otel_bridge._internal.pipeline.spill import FROM_QUEUE, Spill, SpillSettings
 from verl_otel_bridge._internal.pipeline.spill import segments as spill_segments
 from verl_otel_bridge._internal.records import record_to_span
 
@@ -44,18 +44,16 @@ class Held:
     def __init__(self, directory: Path) -> None:
         self.counts = SpanCounts()
         settings = SpillSettings(
-            directory=str(directory),
-            max_bytes=10_000_000,
+            spill_dir=str(directory),
+            spill_max_bytes=10_000_000,
             buffer_bytes=1 << 20,
-            batch_size=50,
-            after_s=0.0,
-            probe_s=3600.0,
+            max_export_batch_size=50,
+            spill_after_s=0.0,
+            spill_probe_s=3600.0,
         )
-        self.health = Health(settings.after_s, settings.probe_s)
-        self.health.failed()
-        self.spill = Spill(settings, self.counts, self.health)
+        self.up = threading.Event()  # the destination "fails" until released
         self.received: list[int] = []
-        self.spill.drains[FROM_QUEUE] = self._deliver
+        self.spill = Spill(settings, self.counts, {FROM_QUEUE: self._deliver}, self.up.is_set)
 
     def _deliver(self, spans: list[ReadableSpan]) -> None:
         self.received.extend(int(s.attributes["n"]) for s in spans)  # type: ignore[arg-type, index]
@@ -66,7 +64,7 @@ class Held:
         return [Path(f) for f in self.spill.status()["files"]]
 
     def release(self) -> None:
-        self.health.succeeded()
+        self.up.set()
         self.spill.wake_drain()
 
     def drained(self) -> dict[str, object]:
@@ -104,7 +102,7 @@ def test_the_directory_is_made_0700_and_files_0600(held: Held, tmp_path: Path) -
 def _refused(tmp_path: Path, directory: Path, caplog: pytest.LogCaptureFixture) -> None:
     counts = SpanCounts()
     settings = SpillSettings(str(directory), 10_000_000, 1 << 20, 50, 60.0, 5.0)
-    spill = Spill(settings, counts)
+    spill = Spill(settings, counts, {})
     try:
         with caplog.at_level(logging.WARNING):
             assert not spill.write([span(1), span(2)], FROM_QUEUE)

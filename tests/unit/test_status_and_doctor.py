@@ -74,17 +74,29 @@ def test_status_names_each_exporters_endpoint_last_error_and_counts(
     status = bridge.status()
     # The reason phrase is whatever this Python's http.server sends (3.13 renamed 422's).
     refused = f"POST {sink.url} answered 422 {HTTPStatus(422).phrase}: 'backend says no' (not retried)"
-    assert (status["otlp_endpoint"], status["otlp_error"]) == (sink.url, refused)
+    otlp = status["exporters"]["otlp"]
+    assert (otlp["endpoint"], otlp["last_error"]) == (sink.url, refused)
     assert status["exporters"] == {
         "otlp": {
             "role": "primary",
             "endpoint": sink.url,
+            "path": None,
             "last_error": refused,
             "exported": 0,
             "failed": 1,
             "spilled": 0,
+            "discarded": 0,
         },
-        "memory": {"role": "copy", "endpoint": None, "last_error": None, "exported": 1, "failed": 0, "spilled": 0},
+        "memory": {
+            "role": "copy",
+            "endpoint": None,
+            "path": None,
+            "last_error": None,
+            "exported": 1,
+            "failed": 0,
+            "spilled": 0,
+            "discarded": 0,
+        },
     }
     sink.status = 200
     with bridge.session(sample=0, session=1):
@@ -93,8 +105,10 @@ def test_status_names_each_exporters_endpoint_last_error_and_counts(
     assert bridge.status()["exporters"]["otlp"] == {
         "role": "primary",
         "endpoint": sink.url,
+        "path": None,
         "last_error": None,
         "exported": 1,
         "failed": 1,
         "spilled": 0,
+        "discarded": 0,
     }

@@ -137,7 +137,9 @@ def test_an_otel_traces_exporter_the_bridge_lacks_fails_naming_the_variable_and_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
-    with pytest.raises(ValueError, match=r"OTEL_TRACES_EXPORTER='zipkin' names 'zipkin'.*VERL_OTEL_BRIDGE_EXPORTER"):
+    with pytest.raises(
+        ValueError, match=r"exporter='zipkin' names 'zipkin'.*VERL_OTEL_BRIDGE_EXPORTER.*OTEL_TRACES_EXPORTER"
+    ):
         destination.worker_config(verl_config())
 
 

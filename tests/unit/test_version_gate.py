@@ -215,7 +215,9 @@ def test_unusable_rl_insight_falls_back_with_full_identity(
         "exported": 4 * 4,
         "failed": 0,
         "spilled": 0,
+        "discarded": 0,
         "endpoint": None,
+        "path": None,
         "last_error": None,
     }
     assert status["exporters"]["rl_insight"]["exported"] == 0

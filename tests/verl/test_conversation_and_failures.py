@@ -15,8 +15,8 @@ import torch
 from test_plugin import run, tools_config
 
 import verl_otel_bridge as vob
-from verl_otel_bridge._internal.exporters.vocabulary import generic_span
 from verl_otel_bridge._internal.verl import tracing
+from verl_otel_bridge._internal.vocabulary import generic_span
 from verl_otel_bridge.testing import SpanCapture, capture_spans
 from verl_otel_bridge.verl.plugin import SWITCH_ENV
 

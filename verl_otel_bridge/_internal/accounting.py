@@ -2,12 +2,13 @@
 
 Each span that ends lands in exactly one terminal bucket, so after a flush::
 
-    ended == sum(exported.values()) + fallback + spilled + sampled_out + dropped + failed
+    ended == sum(exported.values()) + fallback + spilled + sampled_out + discarded + dropped + failed
 
 ``exported.<name>`` counts spans the named exporter accepted, ``fallback``
 spans the fallback exporter accepted because the preferred one was unusable or
 failed, ``spilled`` spans waiting in the spill files (they leave it when the
-drain sends them), ``sampled_out`` spans of sessions session sampling dropped,
+drain sends them), ``sampled_out`` spans of sessions session sampling dropped, ``discarded`` spans the
+``none`` exporter took (on purpose: the configuration asked for nothing to be kept),
 ``dropped`` spans discarded because the export queue and the spill were full,
 and ``failed`` spans no exporter accepted. ``invalid`` counts calls rejected before
 a span was made (e.g. ``record_span`` with an end before its start); those
@@ -28,6 +29,7 @@ from verl_otel_bridge._internal.forks import reinit_after_fork
 # :data:`~verl_otel_bridge._internal.protocol.UNFINISHED`, the status of the sessions it counts.
 STARTED, ENDED = "started", "ended"
 FALLBACK, SPILLED, SAMPLED_OUT, DROPPED, FAILED = "fallback", "spilled", "sampled_out", "dropped", "failed"
+DISCARDED = "discarded"
 INVALID, CONVERTED, PROGRESS = "invalid", "converted", "progress"
 SPILL_WRITTEN, SPILL_DRAINED, SAMPLING_RELEASED = "spill_written", "spill_drained", "sampling_released"
 RL_INSIGHT_UNCONFIRMED, RL_INSIGHT_ERRORS = "rl_insight_unconfirmed", "rl_insight_errors"
@@ -38,7 +40,7 @@ VERL_METRICS_SKIPPED, VERL_METRICS_FAILED = "verl.metrics_skipped", "verl.metric
 #: Counted on every span start and end, so they get lock-free counters.
 HOT_KEYS = (STARTED, ENDED)
 #: The buckets of the equation besides ``exported.<name>``.
-TERMINAL_KEYS = (FALLBACK, SPILLED, SAMPLED_OUT, DROPPED, FAILED)
+TERMINAL_KEYS = (FALLBACK, SPILLED, SAMPLED_OUT, DISCARDED, DROPPED, FAILED)
 
 
 def exported(name: str) -> str:
@@ -146,6 +148,7 @@ class SpanCounts:
                 "fallback",
                 "spilled",
                 "sampled_out",
+                "discarded",
                 "dropped",
                 "failed",
                 "invalid",

@@ -27,16 +27,15 @@ from opentelemetry.trace import (
 
 from verl_otel_bridge._internal.accounting import SpanCounts
 from verl_otel_bridge._internal.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
+from verl_otel_bridge._internal.assembly import Pipeline
 from verl_otel_bridge._internal.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge._internal.identity import IdentityFields, SessionIdentity, current_identity, using_identity
 from verl_otel_bridge._internal.inflight import InflightSessions
 from verl_otel_bridge._internal.logs import OnceLogger
-from verl_otel_bridge._internal.pipeline.chain import Pipeline, build_pipeline, disabled_status
 from verl_otel_bridge._internal.pipeline.processors import (
     BridgeSpanProcessors,
-    ExportSpanProcessor,
     IdentitySpanProcessor,
 )
 from verl_otel_bridge._internal.protocol import SESSION_SPAN_NAME
@@ -76,8 +75,8 @@ class Bridge:
         self._max_attribute_length = self.config.max_attribute_length
         self._max_attribute_items = self.config.max_attribute_items
         self._on_convert = self._note_conversion  # bound once: spans convert their attributes with it
-        self._pipeline: Pipeline | None = None
-        self._processor: ExportSpanProcessor | None = None
+        self._pipeline = Pipeline(self.config, self.counts)
+        self._processor = self._pipeline.processor
         self._identity_processor = IdentitySpanProcessor()
         self._inflight = InflightSessions(self.counts, self.config.progress_interval_s, self.config.straggler_factor)
         self._provider: TracerProvider | None = None
@@ -85,9 +84,7 @@ class Bridge:
         self._closed = False
         self._closing_thread: threading.Thread | None = None
         self._shut_down = threading.Event()
-        if self.config.enabled:
-            self._pipeline = build_pipeline(self.config, self.counts)
-            self._processor = self._pipeline.processor
+        if self._processor is not None:
             self._provider = provider or TracerProvider(
                 resource=Resource.create({"service.name": self.config.service_name}),
                 sampler=default_sampler(),
@@ -270,13 +267,18 @@ class Bridge:
     # -- lifecycle and status ------------------------------------------------
 
     @property
-    def memory_exporter(self) -> BoundedMemorySpanExporter | None:
-        """The in-memory exporter in use (primary or fallback), else None."""
-        return self._pipeline.memory if self._pipeline is not None else None
+    def closed(self) -> bool:
+        """Whether :meth:`shutdown` was called: spans made now are not exported, :meth:`status` is final."""
+        return self._closed
 
     @property
-    def pipeline(self) -> Pipeline | None:
-        """The export pipeline (exporter chain, processor, sampler, spill), None when disabled.
+    def memory_exporter(self) -> BoundedMemorySpanExporter | None:
+        """The in-memory exporter in use (primary or fallback), else None."""
+        return self._pipeline.memory
+
+    @property
+    def pipeline(self) -> Pipeline:
+        """The export pipeline (destinations, chain, queue, processor, sampler); without a chain when disabled.
 
         Internal: for the package's tools and tests, with no stable API.
         """
@@ -287,7 +289,7 @@ class Bridge:
 
         With ``initialize``, also runs ``rl_insight.init`` once per process if it is usable.
         """
-        return self._pipeline.rl_insight_probe(initialize=initialize) if self._pipeline is not None else None
+        return self._pipeline.rl_insight_probe(initialize=initialize)
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Export every span ended so far; False if that took longer than ``timeout_s``."""
@@ -328,15 +330,15 @@ class Bridge:
             if self._mp_exit is not None:
                 self._mp_exit.cancel()
             if self._provider is None or self._processor is None:
+                self._pipeline.shutdown(0.0)
                 return
             deadline = time.monotonic() + timeout_s
             self._inflight.close(timeout_s)  # ends the sessions still open, so they are exported below
             self._identity_processor.shutdown()
-            self._processor.shutdown(max(0.0, deadline - time.monotonic()))
+            self._pipeline.shutdown(max(0.0, deadline - time.monotonic()))
             if self._owns_provider:
                 self._provider.shutdown()
-            if self._pipeline is not None:
-                self._pipeline.log_summary(self.status())
+            self._pipeline.log_summary(self.status())
         finally:
             # Only now: an interpreter exit while another thread shuts down waits for it here.
             atexit.unregister(self._at_exit)
@@ -350,11 +352,7 @@ class Bridge:
 
         A ``dict`` for programs; ``print(bridge.status())`` shows it as a few readable lines.
         """
-        counters = self.counts.snapshot()
-        sessions = self._inflight.snapshot()
-        if self._pipeline is None:
-            return printable(disabled_status(self.config, counters, sessions))
-        return printable(self._pipeline.status(counters, sessions))
+        return printable(self._pipeline.status(self.counts.snapshot(), self._inflight.snapshot()))
 
     # -- internals -----------------------------------------------------------
 

@@ -25,15 +25,17 @@ import difflib
 import json
 import math
 import os
+import re
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 from packaging.version import InvalidVersion, Version
 
+from verl_otel_bridge._internal.exporter_names import LOCAL_NAMES, NAMES, OTEL_NAMES, TRACES_EXPORTER_ENV, from_otel
 from verl_otel_bridge._internal.secrets import masked
 
 ENV_PREFIX = "VERL_OTEL_BRIDGE_"
@@ -42,17 +44,26 @@ RL_INSIGHT_ENABLE_ENV = "VERL_RL_INSIGHT_ENABLE"
 #: RL-Insight's own variable for its server.
 RL_INSIGHT_SERVER_URL_ENV = "RL_INSIGHT_SERVER_URL"
 
-#: Where spans can go. ``auto`` means RL-Insight when usable, else ``fallback``.
-EXPORTERS = ("auto", "rl_insight", "otlp", "console", "memory", "jsonl", "none")
+#: Where spans can go (:mod:`verl_otel_bridge._internal.exporter_names`).
+#: ``auto``: RL-Insight when usable, else ``fallback``.
+EXPORTERS = tuple(NAMES)
 #: Where spans go when RL-Insight is wanted but not usable.
-FALLBACKS = ("memory", "console", "jsonl", "none")
+FALLBACKS = LOCAL_NAMES
 #: How spans reach RL-Insight's trace store.
 TRANSPORTS = ("auto", "hub", "otlp")
+#: OTLP request body compressions.
+COMPRESSIONS = ("none", "gzip", "deflate")
+#: The only OTLP wire protocol the bridge speaks.
+OTLP_PROTOCOL = "http/protobuf"
+#: Appended to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (a base URL); never to the ``TRACES`` one.
+OTLP_TRACES_PATH = "v1/traces"
 
 #: The longest any wait setting may be: beyond it a thread's wait overflows, and no
 #: training job wants an exporter to wait longer.
 MAX_WAIT_S = 3600
 
+# RFC 9110 field-name token.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -63,6 +74,10 @@ class ConfigError(ValueError):
     def __init__(self, message: str, key: str | None = None) -> None:
         super().__init__(message)
         self.key = key
+
+
+class Unfit(ValueError):
+    """Raised by a :class:`Kind`'s converter with a reason safe to show (it never quotes the value)."""
 
 
 def default_spill_dir() -> str:
@@ -147,6 +162,35 @@ def _to_exporter(value: Any) -> str | tuple[str, ...]:
     return names[0] if len(names) == 1 else names
 
 
+def _to_headers(value: Any) -> dict[str, str]:
+    """``name1=value1,name2=value2`` (URL-encoded, as OpenTelemetry spells headers) or a mapping; names lowercased."""
+    if isinstance(value, Mapping):
+        pairs = [(str(k), str(v), True) for k, v in value.items()]
+    elif isinstance(value, str):
+        pairs = [
+            (unquote(n), unquote(t), bool(sep))
+            for n, sep, t in (e.partition("=") for e in value.split(",") if e.strip())
+        ]
+    else:
+        raise TypeError
+    headers: dict[str, str] = {}
+    for position, (name, text, paired) in enumerate(pairs, 1):
+        name, text = name.strip().lower(), text.strip()
+        problem = (
+            "is not name=value"
+            if not paired or not name
+            else "has a name that is not a valid header name"
+            if not _HEADER_NAME.fullmatch(name)
+            else "has a line break in its value"
+            if "\r" in text or "\n" in text
+            else None
+        )
+        if problem is not None:
+            raise Unfit(f"entry {position} of {len(pairs)} {problem}; values are not shown: they may be secrets")
+        headers[name] = text
+    return headers
+
+
 def _or_none(convert: Callable[[Any], Any], *, blank: bool = False) -> Callable[[Any], Any]:
     """``convert``, with None (and, if ``blank``, blank text) meaning unset."""
 
@@ -168,6 +212,15 @@ OPTIONAL_STR = Kind("a string", _or_none(str))
 STR_TUPLE = Kind("a list of strings (comma-separated in the environment)", _to_str_tuple)
 MAPPING = Kind("a mapping (or a JSON object in the environment)", _to_mapping, echoes_text=False)
 EXPORTER = Kind(f"one of {', '.join(EXPORTERS)}, or an ordered list of them (the first is the primary)", _to_exporter)
+SECONDS = Kind(
+    "a number of seconds (read in seconds, as OpenTelemetry Python reads it), or unset", _or_none(_to_float, blank=True)
+)
+LOWER_STR = Kind("a string", lambda value: _to_str(value).lower())
+HEADERS = Kind(
+    "name=value pairs separated by commas, with ',' and '=' in values URL-encoded (%2C, %3D), or a mapping",
+    _or_none(_to_headers, blank=True),
+    echoes_text=False,
+)
 
 
 # -- checks: what a converted value must be (None: fine, else why not) ----------------------
@@ -197,12 +250,28 @@ def _exporter_names(value: str | tuple[str, ...]) -> str | None:
     names = (value,) if isinstance(value, str) else value
     for name in names:
         if name not in EXPORTERS:
-            return f"names {name!r}, which is not one of: {', '.join(EXPORTERS)}."
+            return (
+                f"names {name!r}, which is not one of: {', '.join(EXPORTERS)}. VERL_OTEL_BRIDGE_EXPORTER wins over "
+                f"OpenTelemetry's OTEL_TRACES_EXPORTER, of whose values the bridge reads {', '.join(OTEL_NAMES)}."
+            )
     if len(set(names)) != len(names):
         return "lists an exporter twice."
     if len(names) > 1 and ("none" in names or any(n in ("auto", "rl_insight") for n in names[1:])):
         return "can list 'auto' or 'rl_insight' only first, and 'none' only alone."
     return None
+
+
+def _optional_wait_s(value: float | None) -> str | None:
+    return None if value is None else _wait_s(value)
+
+
+def _http_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parsed = urlparse(value)
+    if parsed.scheme in ("http", "https") and parsed.hostname:
+        return None
+    return "is not an http(s) URL with a host; write it as http://HOST:4318/v1/traces (or https://...)."
 
 
 def _queue_size(value: int | None) -> str | None:
@@ -260,6 +329,16 @@ def _resource_service_name(text: str) -> str | None:
     return found
 
 
+def _traces_url(base: str) -> str | None:
+    """``OTEL_EXPORTER_OTLP_ENDPOINT`` (a base URL) as the traces URL: with ``/v1/traces`` appended."""
+    return f"{base.strip().removesuffix('/')}/{OTLP_TRACES_PATH}" if base.strip() else None
+
+
+def _otlp_variables(name: str) -> tuple[str, str]:
+    """OpenTelemetry's two variables for an OTLP setting: the traces one wins over the general one."""
+    return f"OTEL_EXPORTER_OTLP_TRACES_{name}", f"OTEL_EXPORTER_OTLP_{name}"
+
+
 def _setting(
     default: Any,
     kind: Kind,
@@ -288,6 +367,7 @@ class BridgeConfig:
         "auto",
         EXPORTER,
         "Where spans go; a list: the first is the primary, the others get copies.",
+        env=(Alias(TRACES_EXPORTER_ENV, extract=from_otel),),
         check=_exporter_names,
     )
     fallback: str = _setting(
@@ -299,7 +379,58 @@ class BridgeConfig:
         "File the jsonl exporter appends to.",
         check=lambda value: None if value else "must name a file.",
     )
-    otlp_endpoint: str | None = _setting(None, OPTIONAL_STR, "Traces URL for the otlp exporter.")
+    otlp_endpoint: str | None = _setting(
+        None,
+        OPTIONAL_STR,
+        "Traces URL of the otlp exporter (unset: http://localhost:4318/v1/traces).",
+        env=("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Alias("OTEL_EXPORTER_OTLP_ENDPOINT", extract=_traces_url)),
+        check=_http_url,
+    )
+    otlp_headers: Mapping[str, str] | None = _setting(
+        None,
+        HEADERS,
+        "Extra OTLP/HTTP request headers (values never shown).",
+        env=_otlp_variables("HEADERS"),
+        hash=False,
+    )
+    otlp_timeout_s: float | None = _setting(
+        None,
+        SECONDS,
+        "Bound of one OTLP export, retries included (unset: 10 s; 5 s to RL-Insight's endpoint).",
+        env=_otlp_variables("TIMEOUT"),
+        check=_optional_wait_s,
+    )
+    otlp_compression: str = _setting(
+        "none",
+        LOWER_STR,
+        "OTLP request compression: none, gzip or deflate.",
+        env=_otlp_variables("COMPRESSION"),
+        check=_one_of(COMPRESSIONS),
+    )
+    otlp_certificate: str | None = _setting(
+        None,
+        OPTIONAL_STR,
+        "CA bundle (PEM) trusted for https OTLP endpoints (unset: the system's).",
+        env=_otlp_variables("CERTIFICATE"),
+    )
+    otlp_client_certificate: str | None = _setting(
+        None,
+        OPTIONAL_STR,
+        "Client certificate (PEM) for mutual TLS to OTLP endpoints.",
+        env=_otlp_variables("CLIENT_CERTIFICATE"),
+    )
+    otlp_client_key: str | None = _setting(
+        None,
+        OPTIONAL_STR,
+        "Its private key (unset: inside otlp_client_certificate).",
+        env=_otlp_variables("CLIENT_KEY"),
+    )
+    otlp_protocol: str = _setting(
+        OTLP_PROTOCOL,
+        LOWER_STR,
+        f"The OTLP wire protocol; the bridge sends {OTLP_PROTOCOL} only.",
+        env=_otlp_variables("PROTOCOL"),
+    )
     memory_max_spans: int = _setting(
         10_000, INT, "The in-memory exporter keeps this many of the newest spans.", check=_at_least_1
     )
@@ -460,13 +591,15 @@ class BridgeConfig:
             values.update(_coerce_all(config, "config"))
         values.update(_coerce_all(overrides, "keyword"))
         _fit_batch_to_queue(values)
+        sources = value_sources(config if isinstance(config, Mapping) else None, environ=env, **overrides)
         try:
-            return cls(**values)
+            resolved = cls(**values)
         except ConfigError as exc:
-            sources = value_sources(config if isinstance(config, Mapping) else None, environ=env, **overrides)
             if exc.key is None or sources[exc.key] == "default":
                 raise
             raise ConfigError(f"{exc} (set by {sources[exc.key]})", exc.key) from None
+        object.__setattr__(resolved, "_sources", sources)
+        return resolved
 
     @classmethod
     def from_verl(
@@ -481,6 +614,12 @@ class BridgeConfig:
         from verl_otel_bridge._internal.verl.config import bridge_config
 
         return bridge_config(verl_config, environ=environ, **overrides)
+
+    def error(self, key: str, message: str) -> ConfigError:
+        """A :class:`ConfigError` about ``key`` found after resolving (e.g. a file that cannot be loaded):
+        ``message``, and where the value came from when :meth:`resolve` knows."""
+        source = getattr(self, "_sources", {}).get(key, "default")
+        return ConfigError(f"{message} (set by {source})" if source != "default" else message, key)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict of every key (for logs, ``status()`` and ``doctor``)."""
@@ -630,22 +769,17 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
 def _read_environment(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     """Each key's value from ``environ``, and a message for each key (or unknown variable) that failed.
 
-    A key takes the first of its variables that parses, the prefixed one first; when the
-    prefixed one is set and does not parse, the key fails (an alias does not stand in).
+    A key takes the first of its variables that is set, the prefixed one first, then its
+    aliases in order; when that one does not parse, the key fails (the next does not stand in).
     """
     values: dict[str, Any] = {}
     problems: dict[str, str] = {}
     for key in _SETTINGS:
-        for variable, raw in _variables_set(key, environ):
+        for variable, raw in _variables_set(key, environ)[:1]:
             try:
                 values[key] = _env_value(key, variable, raw)
             except ConfigError as exc:
-                problems.setdefault(key, str(exc))
-                if variable.startswith(ENV_PREFIX):
-                    break
-                continue
-            problems.pop(key, None)
-            break
+                problems[key] = str(exc)
     for name in environ:
         if name.startswith(ENV_PREFIX) and name[len(ENV_PREFIX) :].lower() not in _SETTINGS:
             problems[name] = _unknown_key_message(name[len(ENV_PREFIX) :].lower(), f"environment variable {name}")
@@ -673,10 +807,12 @@ def _coerce(key: str, value: Any, where: str) -> Any:
     kind = _SETTINGS[key].kind
     try:
         return kind.convert(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError) as exc:
         shown = value if kind.echoes_text or not isinstance(value, str) else f"<{len(value)} characters, not shown>"
+        why = f" ({exc})" if isinstance(exc, Unfit) else ""
         raise ConfigError(
-            f"verl_otel_bridge: {where} = {masked(key, shown)!r} is not valid for {key!r}: expected {kind.expected}.",
+            f"verl_otel_bridge: {where} = {masked(key, shown)!r} is not valid for {key!r}: expected "
+            f"{kind.expected}{why}.",
             key,
         ) from None
 
@@ -686,7 +822,14 @@ def _validate(config: BridgeConfig) -> None:
         value = getattr(config, key)
         why = setting.check(value) if setting.check is not None else None
         if why is not None:
-            raise ConfigError(f"verl_otel_bridge: {key}={value!r} {why}", key)
+            raise ConfigError(f"verl_otel_bridge: {key}={masked(key, value)!r} {why}", key)
+    if "otlp" in config.exporters and config.otlp_protocol != OTLP_PROTOCOL:
+        raise ConfigError(
+            f"verl_otel_bridge: otlp_protocol={config.otlp_protocol!r}, but the bridge's OTLP exporter sends "
+            f"{OTLP_PROTOCOL} only; unset it (OTEL_EXPORTER_OTLP_PROTOCOL) or set {OTLP_PROTOCOL}, with the "
+            "endpoint at the collector's OTLP/HTTP port (4318 by default).",
+            "otlp_protocol",
+        )
     if config.max_queue_size is not None and config.max_export_batch_size > config.max_queue_size:
         raise ConfigError(
             f"verl_otel_bridge: max_export_batch_size={config.max_export_batch_size!r} "

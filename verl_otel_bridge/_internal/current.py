@@ -73,24 +73,26 @@ def instrument(
 
 
 def get_bridge() -> Bridge:
-    """The current bridge; the first call without ``configure()`` builds one from the environment.
+    """The current bridge; the first call without ``configure()`` (or after :func:`shutdown`) builds one
+    from the environment.
 
     A bad environment variable is logged as an error and the defaults are used,
     since this runs where spans are made and must not raise there.
     """
     bridge = _current
-    if bridge is not None:
+    if bridge is not None and not bridge.closed:
         return bridge
     with _lock:
-        if _current is None:
+        if _current is None or _current.closed:
             _install(_from_environment())
         assert _current is not None
         return _current
 
 
 def current_bridge() -> Bridge | None:
-    """The current bridge, or None if there is none yet (never builds one)."""
-    return _current
+    """The current bridge, or None if there is none yet or it was shut down (never builds one)."""
+    bridge = _current
+    return bridge if bridge is not None and not bridge.closed else None
 
 
 def set_bridge(bridge: Bridge | None) -> Bridge | None:
@@ -204,12 +206,15 @@ def force_flush(timeout_s: float = 30.0) -> bool:
 
 @_shortcut_of(Bridge.status)
 def status() -> BridgeStatus:
-    """``get_bridge().status()``: the current bridge's account of where spans went."""
-    return get_bridge().status()
+    """The current bridge's account of where spans went; after :func:`shutdown`, that bridge's final one
+    (``shut_down`` true) until another is configured or made by a span."""
+    bridge = _current
+    return (bridge if bridge is not None else get_bridge()).status()
 
 
 def shutdown(timeout_s: float | None = None) -> None:
-    """Shut the current bridge down and empty the slot (the next use builds a new one)."""
-    previous = set_bridge(None)
-    if previous is not None:
-        previous.shutdown(timeout_s)
+    """Shut the current bridge down; it stays for :func:`status` (its final account), and the next span
+    or :func:`configure` makes a new one."""
+    bridge = _current
+    if bridge is not None:
+        bridge.shutdown(timeout_s)

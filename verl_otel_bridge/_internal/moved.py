@@ -40,8 +40,15 @@ MOVED: dict[str, str | None] = {
 }
 
 
+#: Old modules that moved elsewhere than ``_internal`` + their old path.
+RENAMED = {f"{_PACKAGE}.exporters.vocabulary": f"{_INTERNAL}.vocabulary"}
+
+
 def internal_name(old: str) -> str:
     """Where the module once imported as ``old`` lives now."""
+    renamed = next((m for m in RENAMED if old == m or old.startswith(f"{m}.")), None)
+    if renamed is not None:
+        return f"{RENAMED[renamed]}{old[len(renamed) :]}"
     return f"{_INTERNAL}{old[len(_PACKAGE) :]}"
 
 

@@ -327,3 +327,24 @@ def read_records(path: str | os.PathLike[str]) -> ReadResult:
             else:
                 result.records.append({"attributes": {}, **record})
     return result
+
+
+#: What a redacted value becomes.
+REDACTED = "[REDACTED]"
+
+
+def redact(span: ReadableSpan, keys: frozenset[str]) -> ReadableSpan:
+    """``span``, or a copy of it whose span and event attributes under ``keys`` are ``[REDACTED]``."""
+    attributes = span.attributes or {}
+    events = span.events
+    if not keys.intersection(attributes) and not any(keys.intersection(e.attributes or {}) for e in events):
+        return span
+    return replace_span(
+        span,
+        attributes=_mask(attributes, keys),
+        events=[Event(e.name, _mask(e.attributes or {}, keys), e.timestamp) for e in events],
+    )
+
+
+def _mask(attributes: Mapping[str, Any], keys: frozenset[str]) -> dict[str, Any]:
+    return {key: REDACTED if key in keys else value for key, value in attributes.items()}

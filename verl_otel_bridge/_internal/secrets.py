@@ -2,8 +2,9 @@
 
 Every repr, log line, error message, ``status()`` and ``doctor`` report goes through
 these functions: URL user information (``http://user:password@host``) becomes
-``***@``; the values of keys that look like credentials (``*header*``, ``*token*``,
-``*secret*``, ``*password*``, at any depth) become ``***``; and :class:`Scrubber`
+``***@`` and a URL's query string (``?api_key=...``) ``?***``; the values of keys
+that look like credentials (``*header*``, ``*token*``, ``*secret*``, ``*password*``,
+at any depth) become ``***``; and :class:`Scrubber`
 removes known secret strings from free text, such as an exception message that
 quotes a URL or a header.
 """
@@ -20,6 +21,8 @@ SECRET_KEY_PARTS = ("header", "token", "secret", "password", "authorization", "a
 #: Shorter secrets are masked where they appear as values, but not searched for in other text.
 MIN_SCRUBBED = 4
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@\s]+)@")
+# A URL's query string: up to its fragment, whitespace or a quote.
+_QUERY = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s?#'\"]*)\?(?P<query>[^\s#'\"]+)")
 
 
 def is_secret_key(key: object) -> bool:
@@ -29,8 +32,9 @@ def is_secret_key(key: object) -> bool:
 
 
 def mask_url(text: str) -> str:
-    """``text`` with the user information of every URL in it replaced by ``***@``."""
-    return _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    """``text`` with the user information of every URL in it replaced by ``***@``, its query by ``?***``."""
+    text = _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    return _QUERY.sub(lambda m: f"{m.group('head')}?{MASK}", text)
 
 
 def masked(key: object, value: Any) -> Any:
@@ -62,6 +66,10 @@ def secrets_in(value: Any, key: object = "", *, hidden: bool = False) -> set[str
         for match in _USERINFO.finditer(value):
             userinfo = match.group("userinfo")
             found.update((userinfo, userinfo.partition(":")[2]))
+        for match in _QUERY.finditer(value):
+            query = match.group("query")
+            found.add(query)
+            found.update(part.partition("=")[2] for part in query.split("&"))
     return {secret for secret in found if len(secret) >= MIN_SCRUBBED}
 
 

@@ -11,27 +11,31 @@ import importlib.util
 from typing import Any, Literal, TypedDict, cast
 
 
-class Endpoint(TypedDict):
-    """Where an exporter sends (its URL, None for a local one) and why its last export failed (None after a success)."""
+class Where(TypedDict):
+    """Where a destination writes: ``endpoint`` (its URL, secrets masked) or ``path`` (the file as
+    opened, ``{pid}`` expanded), None where it has none; ``last_error``: why its last batch was not
+    all taken (None after a batch it took whole)."""
 
     endpoint: str | None
+    path: str | None
     last_error: str | None
 
 
-class ExporterStatus(Endpoint):
+class ExporterStatus(Where):
     """One destination that was configured or received spans.
 
     ``role`` is ``primary`` (the first configured exporter), ``fallback`` (where
     spans go while RL-Insight is unusable) or ``copy`` (gets a copy of every batch).
     ``exported`` counts the spans it accepted, ``failed`` those it refused or that
     raised, ``spilled`` those kept on disk to be sent to it again (only the
-    primary spills).
+    primary spills), ``discarded`` those ``none`` took and dropped on purpose.
     """
 
     role: Literal["primary", "fallback", "copy"]
     exported: int
     failed: int
     spilled: int
+    discarded: int
 
 
 class PendingStatus(TypedDict):
@@ -77,10 +81,9 @@ class BridgeStatus(TypedDict):
             unknown or not checked), which also covers releases without ``__version__``.
         rl_insight_transport: ``hub`` or ``otlp`` (the last one used, else the configured one); None
             when RL-Insight is not wanted.
-        otlp_endpoint: RL-Insight's OTLP endpoint, else the ``otlp`` exporter's; None when neither.
-        otlp_error: the last error sending there, None when the last send worked.
         counters: see :mod:`verl_otel_bridge._internal.accounting` (``exported`` per primary exporter).
-        exporters: every destination by name, the primary first, then the fallback and the copies.
+        exporters: every destination by name, the primary first, then the fallback and the copies:
+            where each writes (RL-Insight's: its OTLP endpoint once discovered) and its last error.
         pending: spans ended and not exported yet, and where they are going.
         queued: ``pending["queued"]`` (kept for programs that read it).
         queued_bytes: ``pending["bytes"]`` (kept for programs that read it).
@@ -96,15 +99,12 @@ class BridgeStatus(TypedDict):
     rl_insight_version: str | None
     rl_insight_package_version: str | None
     rl_insight_transport: str | None
-    otlp_endpoint: str | None
-    otlp_error: str | None
     counters: dict[str, Any]
     exporters: dict[str, ExporterStatus]
     pending: PendingStatus
-    queued: int
-    queued_bytes: int
     spill: SpillStatus | None
     open_sessions: OpenSessionsStatus
+    shut_down: bool
 
 
 class _PrintableStatus(dict[str, Any]):
@@ -131,13 +131,19 @@ def rl_insight_installed() -> bool:
 MEMORY_HINT = "read them: vob.get_bridge().memory_exporter.get_finished_spans()"
 
 #: Counters shown in the summary's last line, when not zero.
-_COUNTERS_SHOWN = ("sampled_out", "dropped", "failed", "invalid", "converted")
+_COUNTERS_SHOWN = ("sampled_out", "discarded", "dropped", "failed", "invalid", "converted")
 
 
 def format_status(status: BridgeStatus) -> str:
     """The status as a few lines for people: where spans go and why, each destination, pending, problems."""
     counters = status["counters"]
-    lines = [f"verl_otel_bridge: spans go to {status['exporter']}", f"  why: {status['detail']} [{status['reason']}]"]
+    went = "went" if status["shut_down"] else "go"
+    lines = [
+        f"verl_otel_bridge: spans {went} to {status['exporter']}",
+        f"  why: {status['detail']} [{status['reason']}]",
+    ]
+    if status["shut_down"]:
+        lines.insert(1, "  (shut down: the final account of that bridge)")
     if not status["enabled"]:
         return "\n".join(lines)
     installed = "installed" if status["rl_insight_installed"] else "not installed"
@@ -153,8 +159,10 @@ def format_status(status: BridgeStatus) -> str:
                 line += f", {entry['failed']} failed"
             if entry["spilled"]:
                 line += f", {entry['spilled']} spilled"
-            if entry["endpoint"]:
-                line += f"  -> {entry['endpoint']}"
+            if entry["discarded"]:
+                line += f", {entry['discarded']} discarded"
+            if entry["endpoint"] or entry["path"]:
+                line += f"  -> {entry['endpoint'] or entry['path']}"
             if name == "memory" and entry["exported"]:
                 line += f"  ({MEMORY_HINT})"
             lines.append(line)

@@ -274,17 +274,18 @@ def build_cli() -> click.Group:
         try:
             with progress, open(file, "rb") as stream:
                 task = progress.add_task("replay", total=size)
+                assert pipeline.chain is not None  # replay_pipeline's config is enabled
                 summary = replay_records(
                     stream,
-                    pipeline.exporter,
+                    pipeline.chain,
                     counts,
                     batch_size=batch_size or config.max_export_batch_size,
                     on_progress=lambda n: progress.advance(task, n),
                 )
             route = pipeline.rl_insight.status() if pipeline.rl_insight is not None else None
         finally:
-            with contextlib.suppress(Exception):
-                pipeline.exporter.shutdown()
+            if pipeline.chain is not None:
+                pipeline.chain.close()
             if ray is not None:
                 with contextlib.suppress(Exception):
                     ray.shutdown()

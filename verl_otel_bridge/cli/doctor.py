@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from verl_otel_bridge._internal.config import ENV_PREFIX, BridgeConfig, value_sources
-from verl_otel_bridge._internal.exporters.kinds import check_exporter
+from verl_otel_bridge._internal.exporter_names import destination_module
 from verl_otel_bridge._internal.pipeline.route import Route
 from verl_otel_bridge._internal.pipeline.spill import SpillSettings
 from verl_otel_bridge._internal.records import parse_json
@@ -161,7 +161,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
     }
     spill = SpillSettings.of(config)
     if spill is not None:  # the directory status() reports, also when the default chooses it
-        report["config"]["values"]["spill_dir"]["value"] = spill.directory
+        report["config"]["values"]["spill_dir"]["value"] = spill.spill_dir
     server_url = rl_insight_compat.server_url(config.rl_insight_server_url, config.rl_insight_config)
     if server_url:
         report["server"] = check_server(server_url, timeout_s)
@@ -233,7 +233,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
     else:
         route.update(preferred=planned.local, destination=planned.local, reason="configured", detail=planned.why)
     for index, name in enumerate(planned.names):
-        check = check_exporter(name, config, env, timeout_s)
+        check = {"exporter": name, **destination_module(name).check(config, env, timeout_s)}
         if check.get("fix"):
             hints.append(check["fix"])
         if index == 0:

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter
 
 from verl_otel_bridge._internal.accounting import FAILED, FALLBACK, SpanCounts
+from verl_otel_bridge._internal.assembly import Pipeline
 from verl_otel_bridge._internal.config import BridgeConfig
-from verl_otel_bridge._internal.pipeline.chain import Pipeline, build_pipeline
+from verl_otel_bridge._internal.pipeline.chain import ExportChain
 from verl_otel_bridge._internal.records import iter_lines, record_to_span
 from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge._version import distribution_version
@@ -48,18 +48,17 @@ class ReplaySummary:
 
 def replay_records(
     stream: IO[bytes],
-    exporter: SpanExporter,
+    chain: ExportChain,
     counts: SpanCounts,
     *,
     batch_size: int,
     on_progress: Callable[[int], None] | None = None,
 ) -> ReplaySummary:
-    """Read records from ``stream`` and hand them to ``exporter`` in batches of ``batch_size``.
+    """Read records from ``stream`` and hand them to ``chain`` in batches of ``batch_size``.
 
-    ``exporter`` must count its outcomes in ``counts`` (``exported.<name>``,
-    ``fallback``, ``failed``), as the bridge's exporters do; an exception from
-    it counts the batch as failed. Lines that are not records, or records that
-    cannot be rebuilt, are listed in ``bad``.
+    ``chain`` counts its outcomes in ``counts`` (``exported.<name>``, ``fallback``,
+    ``failed``); an exception from it counts the batch as failed. Lines that are not
+    records, or records that cannot be rebuilt, are listed in ``bad``.
     """
     summary = ReplaySummary()
     batch: list[ReadableSpan] = []
@@ -68,7 +67,7 @@ def replay_records(
         if not batch:
             return
         try:
-            exporter.export(list(batch))
+            chain.export(list(batch))
         except Exception:  # noqa: BLE001 - one bad batch must not end the replay
             counts.add(FAILED, len(batch))
         batch.clear()
@@ -90,19 +89,19 @@ def replay_records(
             flush()
     flush()
     with contextlib.suppress(Exception):
-        exporter.force_flush()
+        chain.flush(30.0)
     summary.counters = counts.snapshot()
     return summary
 
 
 def replay_pipeline(config: BridgeConfig, target: str, counts: SpanCounts) -> Pipeline:
-    """The bridge's exporter chain for ``target`` as ``config`` sets it up (``redact_attributes`` included),
-    with spilling off: a replayed capture is already on disk.
+    """The bridge's export pipeline for ``target`` as ``config`` sets it up (``redact_attributes`` included),
+    with spilling off: a replayed capture is already on disk. Replay calls its chain directly.
 
     Raises:
         ValueError: ``target`` cannot be built (e.g. ``otlp`` without its extra, an unwritable jsonl fallback).
     """
-    return build_pipeline(dataclasses.replace(config, exporter=target, spill_max_bytes=0), counts)
+    return Pipeline(dataclasses.replace(config, exporter=target, spill_max_bytes=0), counts)
 
 
 def start_ray_for(config: BridgeConfig, say: Callable[[str], None]) -> Any:

@@ -1,21 +1,38 @@
-"""The exporter behind ``exporter: none``: accepts spans and keeps nothing."""
+"""The ``none`` destination: takes every span and keeps nothing (counted ``discarded``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.exporters.destination import Outcome
+from verl_otel_bridge._internal.status import Where
 
 
-class DiscardSpanExporter(SpanExporter):
-    """Accepts every span and drops it (they are still counted as exported to ``none``)."""
+class Discard:
+    """Takes every span and drops it."""
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return SpanExportResult.SUCCESS
+    def send(self, spans: Sequence[ReadableSpan]) -> Outcome:
+        return Outcome(len(spans))
 
-    def shutdown(self) -> None:
+    def flush(self, timeout_s: float) -> bool:
+        return True
+
+    def close(self) -> None:
         pass
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
+    def where(self) -> Where:
+        return {"endpoint": None, "path": None, "last_error": None}
+
+
+def build(config: BridgeConfig, counts: SpanCounts) -> Discard:
+    """The ``none`` destination."""
+    return Discard()
+
+
+def check(config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) -> dict[str, object]:
+    """``doctor``'s check: always usable."""
+    return {"ok": True, "detail": "discarded (counted as discarded)"}

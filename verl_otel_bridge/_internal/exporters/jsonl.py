@@ -6,20 +6,22 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import BinaryIO
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from verl_otel_bridge._internal.config import ConfigError
+from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.config import BridgeConfig, ConfigError
+from verl_otel_bridge._internal.exporters.destination import Outcome
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.private_files import DIRECTORY_MODE, open_private_output
 from verl_otel_bridge._internal.records import RecordLines
+from verl_otel_bridge._internal.status import Where
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +44,8 @@ def opened_on_first_export() -> Iterator[None]:
         _OPEN_ON_FIRST_EXPORT.reset(token)
 
 
-class JsonlSpanExporter(SpanExporter):
-    """Writes spans to ``path`` as JSON Lines, appending, flushed after every batch.
+class JsonlFile:
+    """The ``jsonl`` destination: writes spans to ``path`` as JSON Lines, appending, flushed after every batch.
 
     The file is opened at construction so an unwritable path fails at
     ``configure()``, not at the first span (inside :func:`opened_on_first_export`:
@@ -53,7 +55,7 @@ class JsonlSpanExporter(SpanExporter):
 
     A batch is written whole or not at all: a write that fails part-way (a full
     disk, a file-size limit) is cut back to the last whole line, the batch is
-    reported failed, and the error is logged when it happens (once per kind), so
+    refused, and the error is logged when it happens (once per kind), so
     the file holds exactly the spans counted as exported.
 
     Raises:
@@ -65,6 +67,7 @@ class JsonlSpanExporter(SpanExporter):
         self.path = Path(self._given.replace("{pid}", str(os.getpid()))).expanduser()
         self._file: BinaryIO | None = None
         self._closed = False
+        self._last_error: str | None = None
         self._once = OnceLogger(logger)
         self._lines = RecordLines()
         self._new_lock()
@@ -86,16 +89,18 @@ class JsonlSpanExporter(SpanExporter):
     def _new_lock(self) -> None:
         self._lock = threading.Lock()
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def send(self, spans: Sequence[ReadableSpan]) -> Outcome:
+        """Append ``spans``, whole or not at all."""
         data = "".join(map(self._lines.line, spans)).encode("utf-8")
         with self._lock:
             if self._file is None and not self._closed:
                 try:
                     self._file = self._open()
                 except ValueError as exc:
+                    self._last_error = str(exc)
                     self._once.log("open", logging.WARNING, "%s; its spans are counted as failed", exc)
             if self._file is None:
-                return SpanExportResult.FAILURE
+                return Outcome.refusing(spans, self._last_error or f"{self.path} is closed")
             fd = self._file.fileno()
             start = _end_of(fd)
             try:
@@ -104,6 +109,7 @@ class JsonlSpanExporter(SpanExporter):
                     view = view[self._file.write(view) :]
             except OSError as exc:
                 kept = _cut_back(fd, start)
+                self._last_error = f"writing to {self.path} failed: {exc.strerror or exc}"
                 self._once.log(
                     f"write:{exc.errno}",
                     logging.WARNING,
@@ -114,13 +120,17 @@ class JsonlSpanExporter(SpanExporter):
                     exc.strerror or exc,
                     "the file was cut back to its last whole line" if kept else "the file may end in a partial line",
                 )
-                return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS
+                return Outcome.refusing(spans, self._last_error)
+        self._last_error = None
+        return Outcome(len(spans))
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
+    def flush(self, timeout_s: float) -> bool:
         return True
 
-    def shutdown(self) -> None:
+    def where(self) -> Where:
+        return {"endpoint": None, "path": str(self.path), "last_error": self._last_error}
+
+    def close(self) -> None:
         with self._lock:
             self._closed = True
             if self._file is not None:
@@ -145,3 +155,19 @@ def _cut_back(fd: int, size: int | None) -> bool:
     except OSError:
         return False
     return True
+
+
+def build(config: BridgeConfig, counts: SpanCounts) -> JsonlFile:
+    """The ``jsonl`` destination of ``config``: ``jsonl_path``."""
+    return JsonlFile(config.jsonl_path)
+
+
+def check(config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) -> dict[str, object]:
+    """``doctor``'s check: whether ``jsonl_path`` can be appended to (or created), without creating it."""
+    path = Path(config.jsonl_path.replace("{pid}", str(os.getpid()))).expanduser().absolute()
+    if path.exists():
+        writable = path.is_file() and os.access(path, os.W_OK)
+    else:  # the destination creates the missing directories: the nearest existing one must take them
+        nearest = next((p for p in path.parents if p.exists()), Path("/"))
+        writable = nearest.is_dir() and os.access(nearest, os.W_OK | os.X_OK)
+    return {"ok": writable, "detail": f"appended to {path}" if writable else f"{path} cannot be written"}

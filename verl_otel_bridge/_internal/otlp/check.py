@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.otlp.sender import OtlpHttpSender, OtlpSendError
 
 #: An ``ExportTraceServiceRequest`` holding one ``ResourceSpans`` without spans: nothing is stored.
@@ -13,13 +14,15 @@ from verl_otel_bridge._internal.otlp.sender import OtlpHttpSender, OtlpSendError
 EMPTY_EXPORT_REQUEST = b"\n\x00"
 
 
-def check_otlp_endpoint(endpoint: str, environ: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
-    """POST an empty export request to ``endpoint`` as the ``otlp`` exporter would (``OTEL_EXPORTER_OTLP_*``).
+def check_otlp_endpoint(
+    endpoint: str, config: BridgeConfig, environ: Mapping[str, str], timeout_s: float
+) -> dict[str, Any]:
+    """POST an empty export request to ``endpoint`` as the ``otlp`` exporter would (``otlp_*`` keys).
 
     Returns ``{"endpoint", "ok", "answer", "fix"}``: ``answer`` is the server's
     (status and the start of its body) or why nothing answered; ``fix`` what to change, or None.
     """
-    sender = OtlpHttpSender.from_environment(endpoint, environ, default_timeout_s=timeout_s)
+    sender = OtlpHttpSender.of(endpoint, config, default_timeout_s=timeout_s, environ=environ)
     try:
         sender.send(EMPTY_EXPORT_REQUEST)
     except OtlpSendError as exc:

@@ -20,6 +20,7 @@ once per key.
 
 from __future__ import annotations
 
+import json
 import logging
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -347,3 +348,90 @@ class SpanEncoder:
 
 def _flags(parent: SpanContext | None) -> int:
     return _HAS_IS_REMOTE | _IS_REMOTE if parent is not None and parent.is_remote else _HAS_IS_REMOTE
+
+
+class PartialSuccess(NamedTuple):
+    """What an ``ExportTraceServiceResponse`` says was not accepted: the spans it rejected, and why."""
+
+    rejected_spans: int
+    error_message: str
+
+
+def read_partial_success(body: bytes) -> PartialSuccess | None:
+    """The ``partial_success`` of an OTLP export answer (protobuf, or OTLP/JSON), None when it has none.
+
+    An answer that cannot be read says nothing (None): only an answer that names
+    rejected spans, or a message, is a partial success.
+    """
+    found = _json_partial_success(body) if body[:1] == b"{" else _proto_partial_success(body)
+    if found is None or (found.rejected_spans <= 0 and not found.error_message):
+        return None
+    return found
+
+
+def _proto_partial_success(body: bytes) -> PartialSuccess | None:
+    fields = _proto_fields(body)
+    if fields is None or not isinstance(fields.get(1), bytes):
+        return None
+    inner = _proto_fields(fields[1])  # type: ignore[arg-type]
+    if inner is None:
+        return None
+    rejected, message = inner.get(1, 0), inner.get(2, b"")
+    if not isinstance(rejected, int) or not isinstance(message, bytes):
+        return None
+    if rejected >= 1 << 63:  # int64 on the wire
+        rejected -= 1 << 64
+    return PartialSuccess(rejected, message.decode("utf-8", "replace"))
+
+
+def _proto_fields(data: bytes) -> dict[int, int | bytes] | None:
+    """The last value of each varint or length-delimited field of a protobuf message; None if malformed."""
+    fields: dict[int, int | bytes] = {}
+    position = 0
+    try:
+        while position < len(data):
+            key, position = _read_varint(data, position)
+            number, wire = key >> 3, key & 7
+            if wire == 0:
+                fields[number], position = _read_varint(data, position)
+            elif wire == 2:
+                size, position = _read_varint(data, position)
+                if position + size > len(data):
+                    return None
+                fields[number], position = data[position : position + size], position + size
+            elif wire in (1, 5):
+                position += 8 if wire == 1 else 4
+            else:
+                return None
+    except IndexError:
+        return None
+    return fields
+
+
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
+
+
+def _json_partial_success(body: bytes) -> PartialSuccess | None:
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None
+    partial = answer.get("partialSuccess", answer.get("partial_success")) if isinstance(answer, dict) else None
+    if not isinstance(partial, dict):
+        return None
+    rejected: Any = partial.get("rejectedSpans", partial.get("rejected_spans", 0))
+    message = partial.get("errorMessage", partial.get("error_message", ""))
+    try:
+        return PartialSuccess(int(rejected), str(message))
+    except (TypeError, ValueError):
+        return None

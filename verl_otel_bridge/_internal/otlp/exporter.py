@@ -1,9 +1,11 @@
-"""An OpenTelemetry ``SpanExporter`` over OTLP/HTTP: the package's encoder and sender.
+"""The ``otlp`` destination: span batches encoded by the package's encoder and posted over OTLP/HTTP.
 
-Configured like OpenTelemetry's ``OTLPSpanExporter`` (same variables, same
-defaults), with two differences: a bad value raises at construction instead of
-being logged and replaced, and a batch whose request would exceed
-``max_request_bytes`` is split into several requests instead of being dropped.
+Configured like OpenTelemetry's ``OTLPSpanExporter`` (the same variables, read into the
+``otlp_*`` configuration keys, the same defaults), with three differences: a bad value
+raises at start-up instead of being logged and replaced; a batch whose request would
+exceed ``max_request_bytes`` is split into several requests instead of being dropped;
+and an answer's ``partial_success`` is read: the spans it rejected are left out (failed),
+not counted as delivered.
 """
 
 from __future__ import annotations
@@ -11,17 +13,22 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.attributes import span_attributes, span_events
+from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.exporters.destination import Outcome
 from verl_otel_bridge._internal.logs import OnceLogger
-from verl_otel_bridge._internal.otlp.encoding import NOT_REPLACED, PerSpan, SpanEncoder
-from verl_otel_bridge._internal.otlp.sender import OtlpHttpSender, OtlpSendError
-from verl_otel_bridge._internal.otlp.settings import check_protocol, traces_endpoint
+from verl_otel_bridge._internal.otlp.encoding import NOT_REPLACED, PerSpan, SpanEncoder, read_partial_success
+from verl_otel_bridge._internal.otlp.sender import OtlpHttpSender, OtlpSendError, import_urllib3
+from verl_otel_bridge._internal.otlp.settings import DEFAULT_ENDPOINT
+from verl_otel_bridge._internal.status import Where
+from verl_otel_bridge._internal.vocabulary import GenericParts, Translator
 
 logger = logging.getLogger(__name__)
 
@@ -29,81 +36,69 @@ logger = logging.getLogger(__name__)
 #: (OpenTelemetry Collector's OTLP/HTTP receiver: 20 MiB; many proxies in front: less).
 DEFAULT_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
+#: Per-span replacements for a batch (attributes, events, resources), or :data:`NOT_REPLACED`.
+Describe = Callable[[Sequence[ReadableSpan]], PerSpan]
 
-class OtlpSpanExporter(SpanExporter):
-    """Encodes span batches with :class:`~verl_otel_bridge._internal.otlp.encoding.SpanEncoder` and posts them.
 
-    One ``export`` call sends one request, or several when the encoded batch
-    exceeds ``max_request_bytes`` (split in halves until each part fits); all of
-    them within one ``timeout_s`` of the sender. A span too large alone, or one
-    that cannot be encoded, is left out and logged (once per kind) while the rest
-    are sent: the call returns ``SUCCESS`` and :meth:`take_left_out` says how many
-    were left out. ``FAILURE`` means a request was not accepted. Never raises.
+class OtlpDestination:
+    """Encodes batches with :class:`~verl_otel_bridge._internal.otlp.encoding.SpanEncoder` and posts them.
+
+    One :meth:`send` makes one request, or several when the encoded batch exceeds
+    ``max_request_bytes`` (split in halves until each part fits), all within one
+    ``timeout_s`` of the sender. A span too large alone, one that cannot be encoded,
+    and spans the answer's ``partial_success`` rejected are left out (logged once per
+    kind); a request that is not accepted refuses it and every span after it.
 
     Args:
         sender: where requests go.
+        describe: what each span is sent with instead of its own attributes, events and
+            resource (the generic vocabulary for ``otlp``; RL-Insight's attributes for its transport).
+        resource: the resource every span is sent with, if not its own.
         max_request_bytes: largest request body before compression.
     """
 
-    def __init__(self, sender: OtlpHttpSender, *, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> None:
+    def __init__(
+        self,
+        sender: OtlpHttpSender,
+        *,
+        describe: Describe | None = None,
+        resource: Resource | None = None,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    ) -> None:
         if max_request_bytes < 1:
             raise ValueError(f"verl_otel_bridge: max_request_bytes={max_request_bytes!r} must be at least 1")
         self.sender = sender
         self.max_request_bytes = max_request_bytes
-        #: Why the last ``export`` failed (the sender's error: status and start of the answer); None after a success.
-        self.last_error: str | None = None
+        self._describe = describe
+        self._resource = resource
+        self._last_error: str | None = None
         self._encoder = SpanEncoder()
         self._once = OnceLogger(logger)
-        self._left_out: set[int] = set()  # ids of the last batch's spans that were not sent
+        self._rejected: set[int] = set()  # ids of the spans of the request being encoded that were left out
 
     @property
     def endpoint(self) -> str:
-        """The traces URL (credentials masked)."""
+        """The traces URL (secrets masked)."""
         return self.sender.endpoint
 
-    @classmethod
-    def from_environment(
-        cls,
-        environ: Mapping[str, str] | None = None,
-        *,
-        endpoint: str | None = None,
-        endpoint_name: str = "otlp_endpoint",
-    ) -> OtlpSpanExporter:
-        """An exporter configured as OpenTelemetry's ``OTLPSpanExporter`` would be from ``environ``.
-
-        Args:
-            environ: where the ``OTEL_EXPORTER_OTLP_*`` variables are read (default ``os.environ``).
-            endpoint: the traces URL, used as it is (default: from ``environ``, see
-                :func:`~verl_otel_bridge._internal.otlp.settings.traces_endpoint`).
-            endpoint_name: what ``endpoint`` is called in error messages.
-
-        Raises:
-            ValueError: a bad value (naming its variable), or urllib3 is missing.
-        """
-        env = os.environ if environ is None else environ
-        check_protocol(env)
-        url, _ = traces_endpoint(env, endpoint, endpoint_name)
-        return cls(OtlpHttpSender.from_environment(url, env))
-
     def __repr__(self) -> str:
-        return f"OtlpSpanExporter({self.sender!r}, max_request_bytes={self.max_request_bytes})"
+        return f"OtlpDestination({self.sender!r}, max_request_bytes={self.max_request_bytes})"
 
     def requests(
-        self, spans: Sequence[ReadableSpan], *, resource: Resource | None = None, per_span: PerSpan = NOT_REPLACED
+        self, spans: Sequence[ReadableSpan], per_span: PerSpan = NOT_REPLACED
     ) -> Iterator[tuple[int, int, bytes | None]]:
         """``(start, end, body)`` per request for ``spans[start:end]``, in order, each encoded when asked for.
 
-        ``body`` is None for a single span too large for a request. ``resource`` and ``per_span``'s
-        replacements are as :meth:`SpanEncoder.encode` takes them.
+        ``body`` is None for a single span too large for a request.
         """
-        yield from self._split(spans, 0, resource, per_span)
+        yield from self._split(spans, 0, per_span)
 
     def _split(
-        self, spans: Sequence[ReadableSpan], start: int, resource: Resource | None, per_span: PerSpan
+        self, spans: Sequence[ReadableSpan], start: int, per_span: PerSpan
     ) -> Iterator[tuple[int, int, bytes | None]]:
         body = self._encoder.encode(
             spans,
-            resource=resource,
+            resource=self._resource,
             attributes=per_span.attributes,
             events=per_span.events,
             resources=per_span.resources,
@@ -115,67 +110,50 @@ class OtlpSpanExporter(SpanExporter):
             yield start, start + 1, None
         else:
             half = len(spans) // 2
-            yield from self._split(spans[:half], start, resource, per_span.part(0, half))
-            yield from self._split(spans[half:], start + half, resource, per_span.part(half, len(spans)))
+            yield from self._split(spans[:half], start, per_span.part(0, half))
+            yield from self._split(spans[half:], start + half, per_span.part(half, len(spans)))
 
-    def deliver(
-        self,
-        spans: Sequence[ReadableSpan],
-        *,
-        resource: Resource | None = None,
-        attributes: Sequence[Mapping[str, Any]] | None = None,
-    ) -> None:
-        """Send ``spans`` (in as many requests as the size limit needs) within one timeout.
+    def send(self, spans: Sequence[ReadableSpan]) -> Outcome:
+        """Post ``spans`` (in as many requests as the size limit needs) within one timeout."""
+        return self.send_described(spans, self._describe(spans) if self._describe is not None else NOT_REPLACED)
 
-        Raises:
-            OtlpSendError: a request was not accepted, or a span is too large alone;
-                its ``delivered`` says how many leading spans were sent before.
-        """
+    def send_described(self, spans: Sequence[ReadableSpan], per_span: PerSpan) -> Outcome:
+        """:meth:`send`, each span sent with the attributes, events and resource ``per_span`` gives for it."""
         deadline = time.monotonic() + self.sender.timeout_s
-        for start, _end, body in self.requests(spans, resource=resource, per_span=PerSpan(attributes, None, None)):
-            try:
-                if body is None:
-                    raise OtlpSendError(self._too_large(spans[start]))
-                self.sender.send(body, deadline=deadline)
-            except OtlpSendError as exc:
-                exc.delivered = start
-                raise
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Send ``spans``; ``FAILURE`` if a request was not accepted (the reason is logged once per kind)."""
-        return self.export_translated(spans)
-
-    def export_translated(self, spans: Sequence[ReadableSpan], per_span: PerSpan = NOT_REPLACED) -> SpanExportResult:
-        """:meth:`export`, each span sent with the attributes, events and resource ``per_span`` gives for it:
-        how a translating wrapper hands its work over without copying the spans."""
-        deadline = time.monotonic() + self.sender.timeout_s
-        self._left_out = set()
+        self._rejected = set()
+        done = too_large = rejected = 0  # spans[:done] went out (or were too large to)
+        problem: str | None = None
+        refused: Sequence[ReadableSpan] = ()
         try:
-            for start, _end, body in self.requests(spans, per_span=per_span):
+            for start, end, body in self.requests(spans, per_span):
                 if body is None:
-                    self._left_out.add(id(spans[start]))
-                    self.last_error = self._too_large(spans[start])
-                    self._once.log("too-large", logging.WARNING, "%s; it is left out", self.last_error)
-                    continue
-                self.sender.send(body, deadline=deadline)
+                    too_large += 1
+                    problem = self._too_large(spans[start])
+                    self._once.log("too-large", logging.WARNING, "%s; it is left out", problem)
+                else:
+                    partial = read_partial_success(self.sender.send(body, deadline=deadline))
+                    if partial is not None:
+                        count = min(max(partial.rejected_spans, 0), end - start)
+                        rejected += count
+                        problem = self.sender.scrub(
+                            f"{self.endpoint} rejected {count} of {end - start} spans: {partial.error_message!r}"
+                        )
+                        self._once.log("partial", logging.WARNING, "%s; they are counted as failed", problem)
+                done = end
         except OtlpSendError as exc:
-            self._left_out = set()
-            self.last_error = str(exc)
+            problem, refused = str(exc), spans[done:]
             self._once.log(
-                f"failed:{exc.status}", logging.WARNING, "exporting %d spans over OTLP failed: %s", len(spans), exc
+                f"failed:{exc.status}", logging.WARNING, "exporting %d spans over OTLP failed: %s", len(refused), exc
             )
-            return SpanExportResult.FAILURE
-        if not self._left_out:
-            self.last_error = None
-        return SpanExportResult.SUCCESS
-
-    def take_left_out(self) -> int:
-        """How many spans of the last :meth:`export` were left out while the rest were sent; resets to 0."""
-        count, self._left_out = len(self._left_out), set()
-        return count
+        unencodable = sum(1 for span in spans[:done] if id(span) in self._rejected) if self._rejected else 0
+        if unencodable and problem is None:
+            problem = f"{unencodable} spans could not be encoded for OTLP"
+        left_out = too_large + rejected + unencodable
+        self._last_error = problem
+        return Outcome(done - left_out, left_out, refused, problem)
 
     def _reject(self, span: ReadableSpan, exc: Exception) -> None:
-        self._left_out.add(id(span))
+        self._rejected.add(id(span))
         self._once.log(
             f"unencodable:{type(exc).__name__}",
             logging.WARNING,
@@ -192,10 +170,57 @@ class OtlpSpanExporter(SpanExporter):
             "(lower max_attribute_length, or record fewer events)"
         )
 
-    def shutdown(self) -> None:
+    def flush(self, timeout_s: float) -> bool:
+        """Nothing is buffered here."""
+        return True
+
+    def close(self) -> None:
         """Close the connection; a retry still waiting ends at once."""
         self.sender.close()
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Nothing is buffered here."""
-        return True
+    def where(self) -> Where:
+        return {"endpoint": self.endpoint, "path": None, "last_error": self._last_error}
+
+
+def translated(project: str | None) -> Describe:
+    """Each span in the generic vocabulary (:class:`~verl_otel_bridge._internal.vocabulary.Translator`);
+    a span it cannot translate goes as it is."""
+    translate = Translator(project)
+
+    def describe(spans: Sequence[ReadableSpan]) -> PerSpan:
+        parts = [translate(span) or _as_it_is(span) for span in spans]
+        return PerSpan([p["attributes"] for p in parts], [p["events"] for p in parts], [p["resource"] for p in parts])
+
+    return describe
+
+
+def _as_it_is(span: ReadableSpan) -> GenericParts:
+    return {"attributes": span_attributes(span), "events": span_events(span), "resource": span.resource}
+
+
+def build(config: BridgeConfig, counts: SpanCounts) -> OtlpDestination:
+    """The ``otlp`` destination of ``config``: the generic vocabulary, to ``otlp_endpoint``.
+
+    Raises:
+        ValueError: a bad ``otlp_*`` setting (``ConfigError``), or urllib3 (the ``otlp`` extra) is missing.
+    """
+    import_urllib3("exporter 'otlp'")
+    sender = OtlpHttpSender.of(config.otlp_endpoint or DEFAULT_ENDPOINT, config)
+    return OtlpDestination(sender, describe=translated(config.project))
+
+
+def check(config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
+    """``doctor``'s check: an empty export request to the endpoint, as this destination would send it."""
+    from verl_otel_bridge._internal.otlp.check import check_otlp_endpoint
+
+    try:
+        import_urllib3("exporter 'otlp'")
+        endpoint = config.otlp_endpoint or DEFAULT_ENDPOINT
+        answer = check_otlp_endpoint(endpoint, config, environ or os.environ, timeout_s)
+    except ValueError as exc:
+        return {"ok": False, "detail": str(exc)}
+    return {
+        "ok": answer["ok"],
+        "detail": f"OTLP/HTTP to {answer['endpoint']}: {answer['answer']}",
+        "fix": answer["fix"],
+    }

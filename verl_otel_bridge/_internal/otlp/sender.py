@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import os
 import threading
 import time
 import urllib.request
@@ -32,10 +33,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlparse
 
+from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.otlp.deadline import AnswerTooLarge, Deadline, read_bounded, watched
 from verl_otel_bridge._internal.otlp.settings import DEFAULT_TIMEOUT_S, SenderSettings, check_url
-from verl_otel_bridge._internal.secrets import mask_url
+from verl_otel_bridge._internal.secrets import Scrubber, mask_url
 from verl_otel_bridge._version import __version__, install_command
 
 if TYPE_CHECKING:
@@ -141,8 +143,10 @@ class OtlpHttpSender:
         check_url(endpoint, "OTLP endpoint")
         self.settings = settings if settings is not None else SenderSettings()
         self._url, authorization = credentials_from_url(endpoint)
-        #: The endpoint as shown in logs and errors (no password).
+        #: The endpoint as shown in logs and errors (no password, no query).
         self.endpoint = str(mask_url(endpoint))
+        #: Every message about this endpoint goes through it: header values and the URL's secrets never show.
+        self.scrub = Scrubber.of({"headers": dict(self.settings.headers)}, endpoint)
         # As OpenTelemetry's exporter, which names itself in User-Agent too.
         self._headers = {"Content-Type": "application/x-protobuf", "User-Agent": f"verl-otel-bridge/{__version__}"}
         if authorization is not None:
@@ -178,16 +182,23 @@ class OtlpHttpSender:
         self._closed = threading.Event()
 
     @classmethod
-    def from_environment(
-        cls, endpoint: str, environ: Mapping[str, str], *, default_timeout_s: float = DEFAULT_TIMEOUT_S
+    def of(
+        cls,
+        endpoint: str,
+        config: BridgeConfig,
+        *,
+        default_timeout_s: float = DEFAULT_TIMEOUT_S,
+        environ: Mapping[str, str] | None = None,
     ) -> OtlpHttpSender:
-        """A sender for ``endpoint`` configured by the ``OTEL_EXPORTER_OTLP_*`` and proxy variables in ``environ``.
+        """A sender for ``endpoint`` configured by ``config``'s ``otlp_*`` keys and the proxy variables of
+        ``environ`` (default ``os.environ``).
 
         Raises:
-            ValueError: as :meth:`SenderSettings.from_environment` and the constructor.
+            ValueError: as :meth:`SenderSettings.of` and the constructor.
         """
-        settings = SenderSettings.from_environment(environ, default_timeout_s=default_timeout_s)
-        return cls(endpoint, settings, proxies=environment_proxies(environ))
+        env = os.environ if environ is None else environ
+        settings = SenderSettings.of(config, default_timeout_s=default_timeout_s, environ=env)
+        return cls(endpoint, settings, proxies=environment_proxies(env))
 
     def __repr__(self) -> str:
         return f"OtlpHttpSender({self.endpoint!r}, {self.settings!r})"
@@ -221,8 +232,8 @@ class OtlpHttpSender:
             manager = lib.PoolManager(**options)
         return cast("urllib3.PoolManager", manager)
 
-    def send(self, body: bytes, *, deadline: float | None = None) -> None:
-        """POST ``body`` (compressed as configured); return once the endpoint answered 2xx.
+    def send(self, body: bytes, *, deadline: float | None = None) -> bytes:
+        """POST ``body`` (compressed as configured); return the body of the endpoint's 2xx answer.
 
         Args:
             body: the encoded request.
@@ -244,10 +255,10 @@ class OtlpHttpSender:
             if remaining <= 0:
                 raise OtlpSendError(f"POST {self.endpoint}: no answer within the export deadline")
             attempt += 1
-            response, body, error = self._attempt(payload, remaining)
+            response, answer, error = self._attempt(payload, remaining)
             if response is not None and 200 <= response.status < 300:
-                return
-            failure, status = self._describe(response, body, error)
+                return answer
+            failure, status = self._describe(response, answer, error)
             if response is not None and not retry.is_retry("POST", response.status, "Retry-After" in response.headers):
                 raise OtlpSendError(f"{failure} (not retried)", status)
             try:
@@ -301,8 +312,8 @@ class OtlpHttpSender:
 
     def _describe(self, response: Any, body: bytes, error: Exception | None) -> tuple[str, int | None]:
         if response is None:
-            return str(mask_url(f"POST {self.endpoint}: {type(error).__name__}: {error}")), None
-        quoted = body[:_BODY_QUOTE].decode("utf-8", "replace")
+            return self.scrub(f"POST {self.endpoint}: {type(error).__name__}: {error}"), None
+        quoted = self.scrub(body[:_BODY_QUOTE].decode("utf-8", "replace"))
         return f"POST {self.endpoint} answered {response.status} {response.reason}: {quoted!r}", response.status
 
     @staticmethod

@@ -1,276 +1,284 @@
-"""From a :class:`BridgeConfig` to the exporter chain and the processors that feed it."""
+"""The export chain: what happens to one batch on the export thread, in one function.
+
+:meth:`ExportChain.export` redacts the batch, sends a copy to each copy
+destination, sends it to the primary, routes what the primary refused (to the
+fallback when RL-Insight is the primary, else to the spill, else failed) and
+counts each span in exactly one bucket of the equation in
+:mod:`verl_otel_bridge._internal.accounting`. Destinations only say what they did
+(:class:`~verl_otel_bridge._internal.exporters.destination.Outcome`).
+"""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 
-from verl_otel_bridge._internal.accounting import SpanCounts, balance, copied, exported
-from verl_otel_bridge._internal.config import BridgeConfig
-from verl_otel_bridge._internal.exporters.base import exporter_report
-from verl_otel_bridge._internal.exporters.counting import CountingSpanExporter
-from verl_otel_bridge._internal.exporters.fanout import FanOutSpanExporter
-from verl_otel_bridge._internal.exporters.kinds import inline, named_exporter, network
-from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
-from verl_otel_bridge._internal.exporters.redacting import with_redaction
-from verl_otel_bridge._internal.pipeline.processors import ExportSpanProcessor
-from verl_otel_bridge._internal.pipeline.queue import QueueSettings
-from verl_otel_bridge._internal.pipeline.route import Route
-from verl_otel_bridge._internal.pipeline.sampling import SamplingSettings, SessionSampler
-from verl_otel_bridge._internal.pipeline.spill import Spill, SpillingSpanExporter, SpillSettings
-from verl_otel_bridge._internal.status import (
-    BridgeStatus,
-    Endpoint,
-    ExporterStatus,
-    OpenSessionsStatus,
-    PendingStatus,
-    rl_insight_installed,
-)
-
-if TYPE_CHECKING:
-    from verl_otel_bridge._internal.rl_insight.compat import Probe
-    from verl_otel_bridge._internal.rl_insight.exporter import RLInsightSpanExporter
+from verl_otel_bridge._internal.accounting import DISCARDED, FAILED, FALLBACK, SpanCounts, copied, exported
+from verl_otel_bridge._internal.exporters.destination import Destination, Outcome
+from verl_otel_bridge._internal.pipeline.spill import FROM_DESTINATION, FROM_QUEUE, Spill, SpillSettings
+from verl_otel_bridge._internal.records import redact
+from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class Pipeline:
-    """The exporter chain a bridge uses, the processor that feeds it, and its status.
+@dataclass(frozen=True)
+class Named:
+    """A destination with its configured name; ``discards``: what it takes is counted ``discarded``."""
 
-    Attributes:
-        exporter: the top of the chain, handed every ended span.
-        memory: the in-memory exporter in the chain (primary or fallback), if any.
-        rl_insight: the RL-Insight exporter, when RL-Insight is wanted.
-        queue: export-queue bounds, or None to export inline (no-I/O exporters).
-        route: where the config sends spans and why.
-        destinations: each configured exporter by name, the primary first.
-        spill: the spill files, when spans are queued and spilling is on.
-        sampler: the session sampler, when ``session_sample_rate`` is below 1.
-        processor: the span processor that counts spans and hands them to ``exporter``.
+    name: str
+    destination: Destination
+    discards: bool = False
+
+
+class Health:
+    """Whether the primary answers: up, failing (since when), or down (failing longer than ``after_s``).
+
+    While it is down only the spill's drain tries it, one batch every ``probe_s``; while
+    the bridge hurries (a flush or shutdown is waiting) a failing primary counts as down.
     """
 
-    exporter: SpanExporter
-    memory: BoundedMemorySpanExporter | None
-    rl_insight: RLInsightSpanExporter | None
-    queue: QueueSettings | None
-    route: Route
-    destinations: dict[str, SpanExporter] = field(default_factory=dict)
-    spill: Spill | None = None
-    sampler: SessionSampler | None = None
-    processor: ExportSpanProcessor = field(init=False)
+    def __init__(self, after_s: float, probe_s: float) -> None:
+        self._after_s = after_s
+        self._probe_s = probe_s
+        self._failing_since: float | None = None
+        self._last_try = 0.0
+        self.hurrying = False
 
-    def exporters(self, counters: dict[str, Any]) -> dict[str, ExporterStatus]:
-        """Per destination, the primary first, then the RL-Insight fallback and the copies: its role,
-        ``endpoint``, ``last_error``, the spans it accepted and refused, and those spilled to be sent
-        again (only the primary spills)."""
-        report: dict[str, ExporterStatus] = {}
-        for index, (name, exporter) in enumerate(self.destinations.items()):
-            if index == 0:
-                exported = counters["exported"]
-                report[name] = {
-                    "role": "primary",
-                    "exported": sum(exported.values()) if exporter is self.rl_insight else exported.get(name, 0),
-                    "failed": counters["failed"],
-                    "spilled": counters["spilled"],
-                    **self._where(exporter),
-                }
-                if self.rl_insight is not None:
-                    fallback = self.rl_insight.fallback_name
-                    key = fallback if fallback not in self.destinations else f"{fallback} (fallback)"
-                    report[key] = {
-                        "role": "fallback",
-                        "exported": counters["fallback"],
-                        "failed": 0,
-                        "spilled": 0,
-                        **self._where(self.rl_insight.fallback),
-                    }
-            else:
-                report[name] = {
-                    "role": "copy",
-                    "exported": counters.get(copied(name), 0),
-                    "failed": counters.get(copied(name, ok=False), 0),
-                    "spilled": 0,
-                    **self._where(exporter),
-                }
-        return report
+    @property
+    def up(self) -> bool:
+        """The last batch tried was taken."""
+        return self._failing_since is None
 
-    def _where(self, exporter: SpanExporter) -> Endpoint:
-        if self.rl_insight is not None and exporter is self.rl_insight:
-            route = self.rl_insight.status()
-            return {"endpoint": route["otlp_endpoint"], "last_error": route["otlp_error"]}
-        return exporter_report(exporter)
+    def should_try(self) -> bool:
+        """Whether the export thread sends a batch (else it spills it and the drain probes)."""
+        since = self._failing_since
+        return since is None or (not self.hurrying and time.monotonic() - since < self._after_s)
 
-    def status(self, counters: dict[str, Any], open_sessions: OpenSessionsStatus) -> BridgeStatus:
-        """Where spans go and why, each destination's count, what is pending and where to, the spill."""
-        if self.rl_insight is not None:
-            route = self.rl_insight.status()
-            exporter, reason, detail = route["exporter"], route["reason"], route["detail"]
-            rl_insight = {key: route[key] for key in _RL_INSIGHT_KEYS}
+    def retry_due(self) -> bool:
+        """Whether ``probe_s`` has passed since the last batch was tried."""
+        return time.monotonic() - self._last_try >= self._probe_s
+
+    def note(self, outcome: Outcome) -> bool:
+        """What the primary did with a batch (refusing any of it is failing); True when it answers again."""
+        if not outcome.refused:
+            recovered = self._failing_since is not None
+            self._failing_since = None
+            return recovered
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        self._last_try = now
+        return False
+
+
+class ExportChain:
+    """Where every batch goes: the copies, the primary, then the fallback or the spill.
+
+    Args:
+        primary: the destination whose outcome is the batch's (counted ``exported.<name>``).
+        copies: destinations that get a copy of every batch (counted ``copies.<name>``, apart).
+        fallback: where what the primary refused goes (RL-Insight's local fallback); None: the spill.
+        counts: where every outcome is counted.
+        redact_keys: attribute keys whose values become ``[REDACTED]`` before any destination sees them.
+        spill: where spans the primary refused, or the queue could not hold, wait (None: off).
+    """
+
+    def __init__(
+        self,
+        primary: Named,
+        counts: SpanCounts,
+        *,
+        copies: Sequence[Named] = (),
+        fallback: Named | None = None,
+        redact_keys: Sequence[str] = (),
+        spill: SpillSettings | None = None,
+    ) -> None:
+        self.primary = primary
+        self.copies = tuple(copies)
+        self.fallback = fallback
+        self.counts = counts
+        self.redact_keys = frozenset(redact_keys)
+        health = Health(spill.spill_after_s, spill.spill_probe_s) if spill is not None and fallback is None else None
+        self.health = health
+        self.spill = (
+            Spill(
+                spill,
+                counts,
+                {FROM_QUEUE: self.export, FROM_DESTINATION: self.retry},
+                (lambda: health.up or health.retry_due()) if health is not None else None,
+            )
+            if spill is not None
+            else None
+        )
+        self._closer: threading.Timer | None = None
+
+    @property
+    def destinations(self) -> tuple[Named, ...]:
+        """Every destination: the primary, the fallback, the copies."""
+        return (self.primary, *((self.fallback,) if self.fallback is not None else ()), *self.copies)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> bool:
+        """One batch: redact it, copy it, deliver it to the primary (see :meth:`deliver`)."""
+        if self.redact_keys:
+            spans = [redact(span, self.redact_keys) for span in spans]
+        for copy in self.copies:
+            outcome = _send(copy, spans)
+            self.counts.add(copied(copy.name), outcome.accepted)
+            self.counts.add(copied(copy.name, ok=False), len(spans) - outcome.accepted)
+        return self.deliver(spans)
+
+    def deliver(self, spans: Sequence[ReadableSpan]) -> bool:
+        """The primary's part of a batch: sent (unless the primary is down: then spilled), what it
+        refused sent to the fallback, else spilled, else failed; each span counted once.
+
+        True when no span of the batch failed.
+        """
+        if self.health is not None and not self.health.should_try() and not self._on_drain_thread():
+            return self._spill(spans)
+        outcome = _send(self.primary, spans)
+        self._count_taken(self.primary, outcome)
+        self.counts.add(FAILED, outcome.left_out)
+        if self.health is not None and self.health.note(outcome) and self.spill is not None:
+            self.spill.wake_drain()  # what was spilled while it did not answer goes now
+        refused = outcome.refused
+        if not refused:
+            return not outcome.left_out
+        if self.fallback is not None:
+            fallen = _send(self.fallback, refused)
+            self._count_taken(self.fallback, fallen, as_fallback=True)
+            self.counts.add(FAILED, fallen.left_out + len(fallen.refused))
+            return not (outcome.left_out or fallen.left_out or fallen.refused)
+        if self.spill is not None:
+            return self._spill(refused) and not outcome.left_out
+        self.counts.add(FAILED, len(refused))
+        return False
+
+    def retry(self, spans: Sequence[ReadableSpan]) -> None:
+        """Spans the primary refused before, drained from the spill: delivered to it again."""
+        self.deliver(spans)
+
+    def _count_taken(self, named: Named, outcome: Outcome, *, as_fallback: bool = False) -> None:
+        if named.discards:
+            self.counts.add(DISCARDED, outcome.accepted)
+        elif as_fallback:
+            self.counts.add(FALLBACK, outcome.accepted)
+        elif outcome.accepted_via:
+            for way, taken in outcome.accepted_via.items():
+                self.counts.add(exported(way), taken)
         else:
-            exporter, reason, detail = self.route.local, "configured", self.route.why
-            rl_insight = {**dict.fromkeys(_RL_INSIGHT_KEYS), "rl_insight_installed": rl_insight_installed()}
-        exporters = self.exporters(counters)
-        otlp = exporters.get("otlp")
-        if otlp is not None and rl_insight["otlp_endpoint"] is None:
-            rl_insight.update(otlp_endpoint=otlp["endpoint"], otlp_error=otlp["last_error"])
-        queue = self.processor.queue
-        spill = self.spill.status() if self.spill is not None else None
-        pending: PendingStatus = {
-            "queued": len(queue) if queue is not None else 0,
-            "bytes": queue.bytes if queue is not None else 0,
-            "spilled": spill["backlog"] if spill is not None else 0,
-            "to": exporter,
-        }
-        return {
-            "enabled": True,
-            "exporter": exporter,
-            "reason": reason,
-            "detail": detail,
-            **rl_insight,  # type: ignore[typeddict-item]
-            "counters": counters,
-            "exporters": exporters,
-            "pending": pending,
-            "queued": pending["queued"],
-            "queued_bytes": pending["bytes"],
-            "spill": spill,
-            "open_sessions": open_sessions,
-        }
+            self.counts.add(exported(named.name), outcome.accepted)
 
-    def rl_insight_probe(self, *, initialize: bool = False) -> Probe | None:
-        """Check RL-Insight as its exporter does (None when RL-Insight is not wanted); with ``initialize``,
-        also run ``rl_insight.init`` once per process if it is usable."""
-        return self.rl_insight.probe(initialize=initialize) if self.rl_insight is not None else None
+    def _spill(self, spans: Sequence[ReadableSpan]) -> bool:
+        assert self.spill is not None
+        try:
+            return self.spill.write(spans, FROM_DESTINATION)
+        except Exception:
+            logger.exception("spilling %d spans raised; they are counted as failed", len(spans))
+            self.counts.add(FAILED, len(spans))
+            return False
 
-    def log_summary(self, status: BridgeStatus) -> None:
-        """The shutdown line: where spans went and every counter; WARNING if spans were dropped or failed,
-        or went to the fallback although RL-Insight was asked for by name, else INFO."""
-        counters = status["counters"]
-        preferred_unusable = self.rl_insight is not None and self.rl_insight.explicit and status["reason"] != "ok"
-        worrying = counters["dropped"] or counters["failed"] or (counters["fallback"] and preferred_unusable)
-        logger.log(
-            logging.WARNING if worrying else logging.INFO,
-            "verl_otel_bridge shut down: spans went to %s (%s); started=%d ended=%d exported=%s fallback=%d "
-            "spilled=%d sampled_out=%d dropped=%d failed=%d invalid=%d unaccounted=%d",
-            status["exporter"],
-            status["detail"],
-            counters["started"],
-            counters["ended"],
-            counters["exported"],
-            counters["fallback"],
-            counters["spilled"],
-            counters["sampled_out"],
-            counters["dropped"],
-            counters["failed"],
-            counters["invalid"],
-            balance(counters),
+    def _on_drain_thread(self) -> bool:
+        return self.spill is not None and self.spill.on_drain_thread()
+
+    # -- flush and shutdown: never wait on a primary that does not answer -------------------
+
+    def hurry(self, hurrying: bool) -> None:
+        """While a flush or shutdown waits: a failing primary is not tried (its batches spill)."""
+        if self.health is not None:
+            self.health.hurrying = hurrying
+
+    def give_up_by(self, deadline: float) -> None:
+        """Shutting down: stop trying a failing primary now, and close it at ``deadline`` (``time.monotonic()``)
+        if it is still failing then, so the batch waiting on it spills before the process exits."""
+        self.hurry(True)
+        if self.health is None or self.spill is None:
+            return
+        if not self.health.up:
+            self._close_primary_if_failing()
+            return
+        self._closer = threading.Timer(seconds_left(deadline), self._close_primary_if_failing)
+        self._closer.daemon = True
+        self._closer.start()
+
+    def _close_primary_if_failing(self) -> None:
+        if self.health is not None and not self.health.up:
+            logger.info("the %s destination does not answer; closing it so that its spans spill", self.primary.name)
+            _close(self.primary)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait (bounded) for work the destinations do after ``send`` returned."""
+        deadline = time.monotonic() + timeout_s
+        return all([named.destination.flush(seconds_left(deadline)) for named in self.destinations])
+
+    def flush_by(self, deadline: float) -> bool:
+        """:meth:`flush` on a thread of its own, given up at ``deadline`` (a destination may be stuck)."""
+        return within(deadline, lambda: self.flush(seconds_left(deadline)), "flush")
+
+    def finish_by(self, deadline: float) -> None:
+        """Flush (what a destination still does in the background, RL-Insight's gauges, gets the time left)
+        and close every destination, on a thread of its own, given up at ``deadline``."""
+
+        def finish() -> bool:
+            self.flush(seconds_left(deadline))
+            self.close()
+            return True
+
+        within(deadline, finish, "shutdown")
+
+    def close(self) -> None:
+        """Close every destination (the files stay; a send still waiting ends)."""
+        if self._closer is not None:
+            self._closer.cancel()
+        for named in self.destinations:
+            _close(named)
+
+
+def within(deadline: float, work: Callable[[], bool], what: str) -> bool:
+    """Run ``work`` on a thread of its own until ``deadline`` (``time.monotonic()``); False if it
+    did not return True by then (it is left running: nothing can interrupt a blocked system call)."""
+    done: list[bool] = []
+
+    def run() -> None:
+        suppress_instrumentation_in_this_thread()  # a destination's flush may send, untraced like its batches
+        try:
+            done.append(bool(work()))
+        except Exception:
+            logger.exception("the export chain's %s raised", what)
+            done.append(False)
+
+    worker = threading.Thread(target=run, name=f"verl-otel-bridge-{what}", daemon=True)
+    worker.start()
+    worker.join(seconds_left(deadline))
+    if worker.is_alive():
+        logger.warning(
+            "the export chain's %s did not return by its deadline; abandoned (a destination may be stuck)", what
         )
+        return False
+    return done == [True]
 
 
-#: The ``status()`` keys RL-Insight's exporter fills in (None when RL-Insight is not wanted).
-_RL_INSIGHT_KEYS = (
-    "rl_insight_installed",
-    "rl_insight_version",
-    "rl_insight_package_version",
-    "rl_insight_transport",
-    "otlp_endpoint",
-    "otlp_error",
-)
+def seconds_left(deadline: float) -> float:
+    """Seconds until ``deadline`` (``time.monotonic()``), never negative."""
+    return max(0.0, deadline - time.monotonic())
 
 
-def disabled_status(config: BridgeConfig, counters: dict[str, Any], open_sessions: OpenSessionsStatus) -> BridgeStatus:
-    """``status()`` of a bridge that traces nothing (``config`` has ``enabled=False``): it has no pipeline."""
-    return {
-        "enabled": False,
-        "exporter": "none",
-        "reason": "disabled",
-        "detail": Route.of(config).why,
-        "rl_insight_installed": rl_insight_installed(),
-        "rl_insight_version": None,
-        "rl_insight_package_version": None,
-        "rl_insight_transport": None,
-        "otlp_endpoint": None,
-        "otlp_error": None,
-        "counters": counters,
-        "exporters": {},
-        "pending": {"queued": 0, "bytes": 0, "spilled": 0, "to": "none"},
-        "queued": 0,
-        "queued_bytes": 0,
-        "spill": None,
-        "open_sessions": open_sessions,
-    }
+def _send(named: Named, spans: Sequence[ReadableSpan]) -> Outcome:
+    """``named``'s outcome for ``spans``; a destination that raises refused them all (logged)."""
+    try:
+        return named.destination.send(spans)
+    except Exception as exc:
+        logger.exception("the %s destination raised on %d spans", named.name, len(spans))
+        return Outcome.refusing(spans, f"{type(exc).__name__}: {exc}")
 
 
-def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
-    """Build the exporter chain and its processor for ``config``; raises ``ValueError`` for unusable settings."""
-    route = Route.of(config)
-    settings = SpillSettings.of(config)
-    spill = Spill(settings, counts) if settings is not None and _queued(route) else None
-    pipeline = _primary(route, config, counts, spill)
-    pipeline.spill = spill
-    sampling = SamplingSettings.of(config)
-    pipeline.sampler = SessionSampler(sampling, counts) if sampling is not None else None
-    others = route.copies
-    if others:
-        copies = {name: named_exporter(name, config) for name in others}
-        pipeline.destinations.update(copies)
-        pipeline.exporter = FanOutSpanExporter(pipeline.exporter, copies, counts)
-        pipeline.memory = pipeline.memory or next(
-            (e for e in copies.values() if isinstance(e, BoundedMemorySpanExporter)), None
-        )
-        if not inline(others):
-            pipeline.queue = _queue(config)
-    pipeline.exporter = with_redaction(pipeline.exporter, config.redact_attributes)
-    pipeline.processor = ExportSpanProcessor(
-        pipeline.exporter,
-        counts,
-        pipeline.queue,
-        spill,
-        pipeline.sampler,
-        network=route.wants_rl_insight or network(route.names),
-    )
-    return pipeline
-
-
-def _queued(route: Route) -> bool:
-    """Whether spans of ``route`` go through the export queue (some exporter does I/O)."""
-    return route.wants_rl_insight or not inline(route.names)
-
-
-def _primary(route: Route, config: BridgeConfig, counts: SpanCounts, spill: Spill | None) -> Pipeline:
-    if route.wants_rl_insight:
-        # Loaded only here, so a bridge that does not want RL-Insight never imports its modules.
-        from verl_otel_bridge._internal.rl_insight.exporter import RLInsightSpanExporter
-
-        rl_insight = RLInsightSpanExporter(config=config, explicit=route.explicit, counts=counts)
-        rl_insight.start_probe()
-        return Pipeline(
-            rl_insight, _memory(rl_insight.fallback), rl_insight, _queue(config), route, {"rl_insight": rl_insight}
-        )
-    local = named_exporter(route.local, config)
-    key = exported(route.local)
-    destinations: dict[str, SpanExporter] = {route.local: local}
-    if inline((route.local,)):
-        return Pipeline(CountingSpanExporter(local, counts, key), _memory(local), None, None, route, destinations)
-    counted = (
-        SpillingSpanExporter(local, counts, key, spill)
-        if spill is not None
-        else CountingSpanExporter(local, counts, key)
-    )
-    return Pipeline(counted, _memory(local), None, _queue(config), route, destinations)
-
-
-def _queue(config: BridgeConfig) -> QueueSettings:
-    return QueueSettings(
-        max_size=config.max_queue_size,
-        batch_size=config.max_export_batch_size,
-        delay_s=config.schedule_delay_ms / 1000,
-        max_bytes=config.max_queue_bytes,
-    )
-
-
-def _memory(exporter: SpanExporter) -> BoundedMemorySpanExporter | None:
-    return exporter if isinstance(exporter, BoundedMemorySpanExporter) else None
+def _close(named: Named) -> None:
+    try:
+        named.destination.close()
+    except Exception:
+        logger.exception("closing the %s destination raised", named.name)

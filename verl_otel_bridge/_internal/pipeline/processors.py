@@ -5,51 +5,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Span as OtelSpan
 from opentelemetry.trace import Tracer
 
-from verl_otel_bridge._internal.accounting import DROPPED, FAILED, SpanCounts
+from verl_otel_bridge._internal.accounting import DROPPED, SpanCounts
 from verl_otel_bridge._internal.attributes import AttributeValue, set_clean_attributes, stamp_new_span
 from verl_otel_bridge._internal.identity import SessionIdentity, current_identity
-from verl_otel_bridge._internal.pipeline.budget import span_size
-from verl_otel_bridge._internal.pipeline.queue import ExportQueue, QueueSettings
+from verl_otel_bridge._internal.pipeline.chain import ExportChain, seconds_left
+from verl_otel_bridge._internal.pipeline.queue import ExportQueue, span_size
 from verl_otel_bridge._internal.pipeline.sampling import SessionSampler
-from verl_otel_bridge._internal.pipeline.spill import FROM_QUEUE, Spill
-from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
 
-
-def within(deadline: float, work: Callable[[], bool], what: str) -> bool:
-    """Run ``work`` on a thread of its own until ``deadline`` (``time.monotonic()``); False if it
-    did not return True by then (it is left running: nothing can interrupt a blocked system call)."""
-    done: list[bool] = []
-
-    def run() -> None:
-        suppress_instrumentation_in_this_thread()  # an exporter's flush may send, untraced like its exports
-        try:
-            done.append(bool(work()))
-        except Exception:
-            logger.exception("exporter %s raised", what)
-            done.append(False)
-
-    worker = threading.Thread(target=run, name=f"verl-otel-bridge-{what}", daemon=True)
-    worker.start()
-    worker.join(max(0.0, deadline - time.monotonic()))
-    if worker.is_alive():
-        logger.warning("exporter %s did not return by its deadline; abandoned (the exporter may be stuck)", what)
-        return False
-    return done == [True]
-
-
-def _millis_left(deadline: float) -> int:
-    return max(0, int((deadline - time.monotonic()) * 1000))
+#: At shutdown, a primary that stopped answering is closed this long (at most a quarter of the
+#: timeout) before the deadline, so what it still holds is spilled before the process exits.
+GIVE_UP_MARGIN_S = 1.0
 
 
 def stamped(span: Span, identity: SessionIdentity) -> bool:
@@ -125,33 +100,30 @@ class IdentitySpanProcessor(SpanProcessor):
 
 
 class ExportSpanProcessor(SpanProcessor):
-    """Counts spans and hands ended ones to ``exporter``.
+    """Counts spans and hands ended ones to the export ``chain``.
 
     With a ``queue`` the export happens on the queue's worker thread (and a span
-    the full queue refuses goes to the ``spill``, or is counted dropped without
-    one); without one it happens inline, which is only right for exporters that
-    do no I/O (memory, discard). With a ``sampler``, session spans are held until
+    the full queue refuses goes to the chain's spill, or is counted dropped without
+    one); without one it happens inline, which is only right for destinations that
+    do no I/O (memory, none). With a ``sampler``, session spans are held until
     their session ends and passed on only if it is kept.
     """
 
     def __init__(
         self,
-        exporter: SpanExporter,
+        chain: ExportChain,
         counts: SpanCounts,
-        queue: QueueSettings | None,
-        spill: Spill | None = None,
+        queue: ExportQueue | None,
         sampler: SessionSampler | None = None,
         *,
         network: bool = False,
     ) -> None:
-        self.exporter = exporter
+        self.chain = chain
         #: Whether some destination sends over the network (see :meth:`flush_queued`).
         self.network = network
         self.counts = counts
-        self.queue = ExportQueue(self.export_batch, queue, self._uncount_dropped) if queue is not None else None
-        self.spill = spill if self.queue is not None else None
-        if self.spill is not None:
-            self.spill.drains[FROM_QUEUE] = self.export_batch
+        self.queue = queue
+        self.spill = chain.spill if queue is not None else None
         self.sampler = sampler
         self._shut_down = False
         self._count_start = counts.incrementer("started")
@@ -173,7 +145,7 @@ class ExportSpanProcessor(SpanProcessor):
     def _hand_over(self, spans: list[ReadableSpan]) -> None:
         if self.queue is None:
             if spans:
-                self.export_batch(spans)
+                self.chain.export(spans)
             return
         for span in spans:
             size = span_size(span)  # once: the spill takes what the queue refuses at the same size
@@ -184,32 +156,28 @@ class ExportSpanProcessor(SpanProcessor):
             else:
                 self.counts.add(DROPPED)
 
-    def _uncount_dropped(self, spans: int) -> None:
-        # A batch counted as dropped at shutdown was exported (and counted) after all.
+    def uncount_dropped(self, spans: int) -> None:
+        """A batch counted as dropped at shutdown was exported (and counted) after all."""
         self.counts.add(DROPPED, -spans)
-
-    def export_batch(self, spans: Sequence[ReadableSpan]) -> None:
-        """Export ``spans``; exporters in the bridge count their own outcome."""
-        try:
-            self.exporter.export(spans)
-        except Exception:
-            self.counts.add(FAILED, len(spans))
-            logger.exception("exporter %s raised; %d spans lost", type(self.exporter).__name__, len(spans))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         deadline = time.monotonic() + timeout_millis / 1000
         if self.sampler is not None:
             self._hand_over(self.sampler.release_all())
-        flushed = self.queue.force_flush(timeout_millis / 1000) if self.queue is not None else True
-        if self.spill is not None:
-            flushed = self.spill.force_flush(_millis_left(deadline) / 1000) and flushed
-        return flushed and within(deadline, lambda: self.exporter.force_flush(_millis_left(deadline)), "flush")
+        self.chain.hurry(True)  # a primary that is failing is not waited for: its batches spill
+        try:
+            flushed = self.queue.force_flush(timeout_millis / 1000) if self.queue is not None else True
+            if self.spill is not None:
+                flushed = self.spill.force_flush(seconds_left(deadline)) and flushed
+            return self.chain.flush_by(deadline) and flushed
+        finally:
+            self.chain.hurry(False)
 
     def flush_queued(self, timeout_s: float, *, wait_for_network: bool = True) -> bool:
         """Wait (at most ``timeout_s``) until the spans queued so far were exported; False on timeout.
 
         Unlike :meth:`force_flush`, held sessions stay held, the spill is not drained and the
-        exporter's own flush is not called: only what the export thread has in hand is waited for.
+        destinations' own flush is not called: only what the export thread has in hand is waited for.
         With ``wait_for_network`` False and a destination that sends over the network, until the
         export thread has taken them (handed over, not yet sent).
         """
@@ -220,13 +188,14 @@ class ExportSpanProcessor(SpanProcessor):
         return self.queue.force_flush(timeout_s)
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Flush what is queued and shut the exporter down, all within ``timeout_s``.
+        """Export (or spill) what is queued and close the destinations, all within ``timeout_s``.
 
-        An exporter stuck past the deadline (a write blocked in the kernel, a hung
-        server) is abandoned on its own thread, so shutdown and interpreter exit stay
-        bounded. Idempotent: ``TracerProvider.shutdown()`` calls it again (with the
-        30 s default) after ``Bridge.shutdown`` did, and a hung exporter must not be
-        waited for twice.
+        A primary that does not answer is given up on: what it still has to take
+        spills (:meth:`ExportChain.give_up_by`), so the spill keeps it for ``replay``.
+        A destination stuck past the deadline (a write blocked in the kernel) is
+        abandoned on its own thread, so shutdown and interpreter exit stay bounded.
+        Idempotent: ``TracerProvider.shutdown()`` calls it again (with the 30 s
+        default) after ``Bridge.shutdown`` did, and a hung one must not be waited for twice.
         """
         if self._shut_down:
             return
@@ -234,18 +203,13 @@ class ExportSpanProcessor(SpanProcessor):
             self._hand_over(self.sampler.release_all())
         self._shut_down = True
         deadline = time.monotonic() + timeout_s
+        # Leave time to spill what a primary that stopped answering still holds.
+        self.chain.give_up_by(deadline - min(GIVE_UP_MARGIN_S, timeout_s / 4))
         if self.queue is not None:
-            self.counts.add(DROPPED, self.queue.shutdown(timeout_s))
+            self.counts.add(DROPPED, self.queue.shutdown(seconds_left(deadline)))
         if self.spill is not None:
-            self.spill.shutdown(_millis_left(deadline) / 1000)
-
-        def finish() -> bool:
-            # What the exporter still does in the background (RL-Insight's gauges) gets the time left.
-            self.exporter.force_flush(_millis_left(deadline))
-            self.exporter.shutdown()
-            return True
-
-        within(deadline, finish, "shutdown")
+            self.spill.shutdown(seconds_left(deadline))
+        self.chain.finish_by(deadline)
 
 
 class BridgeSpanProcessors(SpanProcessor):
@@ -278,5 +242,8 @@ class BridgeSpanProcessors(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         deadline = time.monotonic() + timeout_millis / 1000
         return all(
-            [processor.force_flush(_millis_left(deadline)) for processor in (self.identity, self.inflight, self.export)]
+            [
+                processor.force_flush(int(seconds_left(deadline) * 1000))
+                for processor in (self.identity, self.inflight, self.export)
+            ]
         )

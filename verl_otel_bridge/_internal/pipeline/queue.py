@@ -1,4 +1,4 @@
-"""A bounded queue between span-ending code and exporters, drained by one thread.
+"""A bounded queue between span-ending code and the export chain, drained by one thread.
 
 The caller only estimates the span's size, adds it to a byte count under a lock held
 for that one addition, and appends to a deque; all exporter work (I/O, Ray calls)
@@ -6,6 +6,14 @@ happens on the worker thread, so the caller's cost does not depend on the backen
 speed. When the queue is full (``max_bytes``, or ``max_size`` spans when set) the
 *new* span is refused and the caller spills or drops it: the queue never blocks and
 never grows past its bounds.
+
+Bounds are in bytes: a cheap estimate of a span's size (:func:`span_size`) that
+follows what CPython keeps for an ended span (measured with ``tracemalloc``): about
+3 KB for a bridge span with the identity and a few small attributes, plus what each
+attribute value holds. A sequence item counts as an int object and its pointer (40
+bytes) or as a string of its length (57 + length), since items of a token-id list are
+distinct objects; shared values (the identity's, small ints) are counted as if they
+were not, so the estimate errs high.
 """
 
 from __future__ import annotations
@@ -13,58 +21,138 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge._internal.accounting import HotCounter
+from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events
 from verl_otel_bridge._internal.forks import reinit_after_fork
-from verl_otel_bridge._internal.pipeline.budget import ByteBudget, take_batch
 from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
 
-ExportBatch = Callable[[list[ReadableSpan]], None]
+#: A span, its context, status, resource reference and attribute container.
+SPAN_BYTES = 1_500
+#: An event and its attribute container.
+EVENT_BYTES = 400
+#: One attribute's dict slot and key, before its value.
+ATTRIBUTE_BYTES = 100
+#: One scalar value (int, float, bool: a 32-byte pymalloc block) with its pointer.
+SCALAR_BYTES = 40
+#: A str object's header.
+STR_BYTES = 57
+#: A tuple's header.
+TUPLE_BYTES = 56
+#: Estimated bytes of one batch at most (exported, spilled or drained), whatever the
+#: span count, so encoding a batch of spans with large attributes stays bounded too.
+MAX_BATCH_BYTES = 8 * 1024 * 1024
+
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class QueueSettings:
-    """Bounds of an :class:`ExportQueue`.
+def span_size(span: ReadableSpan) -> int:
+    """The estimated bytes ``span`` holds in memory (attributes and events included)."""
+    size = SPAN_BYTES + values_size(span_attributes(span).values())
+    events = span_events(span)
+    if events:
+        for event in events:
+            size += EVENT_BYTES + attributes_size(event.attributes)
+    return size
 
-    Attributes:
-        max_size: spans held at most, or None: bounded by ``max_bytes`` only.
-        batch_size: spans per export call at most.
-        delay_s: longest a span waits before the worker wakes up.
-        max_bytes: estimated bytes held at most (:func:`~verl_otel_bridge._internal.pipeline.budget.span_size`).
-    """
 
-    max_size: int | None
-    batch_size: int
-    delay_s: float
-    max_bytes: int
+def attributes_size(attributes: Mapping[str, Any] | None) -> int:
+    """The estimated bytes of ``attributes``' values and keys."""
+    return values_size(attributes_dict(attributes).values()) if attributes else 0
+
+
+def values_size(values: Iterable[Any]) -> int:
+    """The estimated bytes of attribute ``values`` with their keys and dict slots."""
+    size = 0
+    for value in values:
+        cls = value.__class__
+        if cls is str:
+            size += ATTRIBUTE_BYTES + STR_BYTES + len(value)
+        elif cls is tuple:
+            if value and value[0].__class__ is str:
+                size += ATTRIBUTE_BYTES + TUPLE_BYTES + sum(STR_BYTES + 8 + len(item) for item in value)
+            else:
+                size += ATTRIBUTE_BYTES + TUPLE_BYTES + SCALAR_BYTES * len(value)
+        else:
+            size += ATTRIBUTE_BYTES + SCALAR_BYTES
+    return size
+
+
+def take_batch(items: collections.deque[tuple[T, int]], max_count: int) -> list[tuple[T, int]]:
+    """Pop ``(item, size)`` pairs from the left: at most ``max_count``, and past :data:`MAX_BATCH_BYTES`
+    only the first (a span larger than a batch goes alone)."""
+    taken: list[tuple[T, int]] = []
+    size = 0
+    while items and len(taken) < max_count and size < MAX_BATCH_BYTES:
+        item = items.popleft()
+        taken.append(item)
+        size += item[1]
+    return taken
+
+
+class ByteBudget:
+    """At most ``limit`` bytes taken at once; ``take`` and ``give`` hold a lock for one addition."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bool:
+        """Take ``size`` bytes; False (nothing taken) when that would pass the limit."""
+        with self._lock:
+            if self.used + size > self.limit:
+                return False
+            self.used += size
+            return True
+
+    def give(self, size: int) -> None:
+        """Return ``size`` bytes taken before."""
+        with self._lock:
+            self.used -= size
+
+
+ExportBatch = Callable[[list[ReadableSpan]], object]
 
 
 class ExportQueue:
-    """Batches spans to ``export`` (called on a daemon worker thread, must not raise)."""
+    """Batches spans to ``export`` (called on a daemon worker thread, must not raise).
+
+    Args:
+        export: takes each batch.
+        max_bytes: estimated bytes held at most (:func:`span_size`).
+        max_spans: spans held at most, or None: bounded by ``max_bytes`` only.
+        batch_size: spans per ``export`` call at most.
+        delay_s: longest a span waits before the worker wakes up (0: at once).
+        on_late_batch: ``on_late_batch(n)`` is called if a batch of ``n`` spans that
+            :meth:`shutdown` reported as abandoned is exported after all (so it can be uncounted).
+        thread_name: the worker thread's name.
+    """
 
     def __init__(
         self,
         export: ExportBatch,
-        settings: QueueSettings,
-        on_late_batch: Callable[[int], None] | None = None,
         *,
+        max_bytes: int,
+        max_spans: int | None,
+        batch_size: int,
+        delay_s: float,
+        on_late_batch: Callable[[int], None] | None = None,
         thread_name: str = "verl-otel-bridge-export",
     ) -> None:
-        """``on_late_batch(n)`` is called if a batch of ``n`` spans that :meth:`shutdown`
-        reported as abandoned is exported after all (so it can be uncounted)."""
         self._export = export
         self._thread_name = thread_name
         self._on_late_batch = on_late_batch
-        self._max_size = settings.max_size
-        self._max_bytes = settings.max_bytes
-        self._batch_size = settings.batch_size
-        self._delay_s = settings.delay_s
+        self._max_size = max_spans
+        self._max_bytes = max_bytes
+        self._batch_size = batch_size
+        self._delay_s = delay_s
         self._start()
         reinit_after_fork(self._start)
 
@@ -86,7 +174,7 @@ class ExportQueue:
         self._worker.start()
 
     def put(self, span: ReadableSpan, size: int) -> bool:
-        """Queue ``span`` of estimated ``size`` bytes (:func:`~verl_otel_bridge._internal.pipeline.budget.span_size`);
+        """Queue ``span`` of estimated ``size`` bytes (:func:`span_size`);
         False (nothing queued) when full or shut down.
 
         Only the byte count takes a lock: ``deque.append`` and the counter are

@@ -40,7 +40,7 @@ from opentelemetry.trace import StatusCode
 from verl_otel_bridge._internal.accounting import SAMPLED_OUT, SAMPLING_RELEASED, SpanCounts
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.forks import reinit_after_fork
-from verl_otel_bridge._internal.pipeline.budget import span_size
+from verl_otel_bridge._internal.pipeline.queue import span_size
 from verl_otel_bridge._internal.protocol import REWARD, SESSION_SPAN_NAME, TRAJECTORIES
 from verl_otel_bridge._internal.records import parse_json
 

@@ -1,9 +1,8 @@
-"""Forwards finished spans to RL-Insight, or to a fallback exporter when it is unusable."""
+"""The ``rl_insight`` destination, and ``RLInsightSpanExporter``: RL-Insight, or a fallback when it is unusable."""
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,7 +12,6 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge._internal import protocol
 from verl_otel_bridge._internal.accounting import (
-    FAILED,
     FALLBACK,
     OTLP_FAILED_BATCHES,
     RL_INSIGHT_ERRORS,
@@ -21,16 +19,16 @@ from verl_otel_bridge._internal.accounting import (
     SESSION_GAUGES_FAILED,
     SESSION_GAUGES_PUBLISHED,
     SpanCounts,
-    exported,
 )
 from verl_otel_bridge._internal.attributes import span_attributes
 from verl_otel_bridge._internal.config import BridgeConfig
-from verl_otel_bridge._internal.exporters.base import WrappingSpanExporter
-from verl_otel_bridge._internal.exporters.fallback import FallbackSpanExporter
-from verl_otel_bridge._internal.exporters.kinds import named_exporter
-from verl_otel_bridge._internal.exporters.redacting import with_redaction
+from verl_otel_bridge._internal.exporter_names import NAMES, destination_module
+from verl_otel_bridge._internal.exporters.destination import Destination, Outcome
+from verl_otel_bridge._internal.exporters.sdk import SdkExporter
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import OnceLogger
+from verl_otel_bridge._internal.pipeline.chain import ExportChain, Named
+from verl_otel_bridge._internal.pipeline.route import Route
 from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge._internal.rl_insight import private
 from verl_otel_bridge._internal.rl_insight.compat import Probe
@@ -39,12 +37,16 @@ from verl_otel_bridge._internal.rl_insight.hub import HubTransport
 from verl_otel_bridge._internal.rl_insight.notices import UnusableNotice
 from verl_otel_bridge._internal.rl_insight.otlp import DEFAULT_NAMESPACE, OtlpTransport, otlp_settings
 from verl_otel_bridge._internal.rl_insight.sessions import is_session_span, publish_session_gauges
+from verl_otel_bridge._internal.status import Where
 
 logger = logging.getLogger(__name__)
 
+#: The ways spans reach RL-Insight, each counted as ``exported.<way>``.
+HUB_WAY, OTLP_WAY = "rl_insight", "rl_insight_otlp"
 
-class RLInsightSpanExporter(WrappingSpanExporter):
-    """A ``SpanExporter`` that calls ``rl_insight.trace_span`` for each span.
+
+class RLInsightSpanExporter(SpanExporter):
+    """A ``SpanExporter`` that calls ``rl_insight.trace_span`` for each span (``OTEL_TRACES_EXPORTER=rl_insight``).
 
     RL-Insight is used only when it is *usable* (see
     :mod:`verl_otel_bridge._internal.rl_insight.compat`): importable, ``__version__`` >=
@@ -95,26 +97,36 @@ class RLInsightSpanExporter(WrappingSpanExporter):
     ) -> None:
         by_name = config is None  # e.g. OTEL_TRACES_EXPORTER=rl_insight: no bridge pipeline around it
         self.config = config if config is not None else BridgeConfig.resolve()
-        self.fallback = fallback if fallback is not None else named_exporter(self.config.fallback, self.config)
-        self.fallback_name = self.config.fallback if fallback is None else type(fallback).__name__
-        self.explicit = explicit
         self.counts = counts if counts is not None else SpanCounts()
-        self.forwarder = RLInsightForwarder(
+        if fallback is None:
+            self.fallback_name = self.config.fallback
+            local: Destination = destination_module(self.fallback_name).build(self.config, self.counts)
+        else:
+            self.fallback_name = type(fallback).__name__
+            local = SdkExporter(fallback)
+        self.fallback = local
+        self.explicit = explicit
+        self.forwarder = RLInsightDestination(
             self.config,
             minimum_version or self.config.rl_insight_min_version,
             explicit=explicit,
             counts=self.counts,
             fallback_name=self.fallback_name,
         )
-        chain = FallbackSpanExporter(self.forwarder, self.fallback, self.counts, self.fallback_name)
         # Built by name it is the whole chain, so it redacts as the bridge's pipeline does in front of it.
-        super().__init__(with_redaction(chain, self.config.redact_attributes) if by_name else chain)
+        self.chain = ExportChain(
+            Named("rl_insight", self.forwarder),
+            self.counts,
+            fallback=Named(self.fallback_name, local, discards=fallback is None and NAMES[self.fallback_name].discards),
+            redact_keys=self.config.redact_attributes if by_name else (),
+        )
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.inner.export(spans)
+        """Forward ``spans`` (what RL-Insight cannot take goes to the fallback); ``FAILURE`` if any was lost."""
+        return SpanExportResult.SUCCESS if self.chain.export(spans) else SpanExportResult.FAILURE
 
     def start_probe(self) -> None:
-        """Start checking RL-Insight on a thread of its own (see :meth:`RLInsightForwarder.start_probe`)."""
+        """Start checking RL-Insight on a thread of its own (see :meth:`RLInsightDestination.start_probe`)."""
         self.forwarder.start_probe()
 
     def probe(self, *, initialize: bool = False) -> Probe:
@@ -123,15 +135,21 @@ class RLInsightSpanExporter(WrappingSpanExporter):
 
     def status(self) -> dict[str, Any]:
         """Where spans go and why, RL-Insight's version, and the counters."""
-        return self.forwarder.status()
+        return {**self.forwarder.status(), "counters": self.counts.snapshot()}
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.chain.flush(timeout_millis / 1000)
+
+    def shutdown(self) -> None:
+        self.chain.close()
 
 
-class RLInsightForwarder:
-    """The RL-Insight side of :class:`RLInsightSpanExporter`: sends what it can, returns the rest.
+class RLInsightDestination:
+    """The ``rl_insight`` destination: sends what RL-Insight takes now, refuses the rest (for the fallback).
 
     Checks RL-Insight (the probe), runs ``rl_insight.init`` once, picks the transport,
-    publishes the sessions' dashboard gauges, counts what RL-Insight took and says why
-    it is unusable; the :class:`FallbackSpanExporter` around it sends what it returns.
+    publishes the sessions' dashboard gauges and says why it is unusable; the export
+    chain sends what it refuses to the fallback.
     """
 
     def __init__(
@@ -152,8 +170,8 @@ class RLInsightForwarder:
             fallback_name=fallback_name,
             reminder_interval_s=config.reminder_interval_s,
         )
-        # Checked now, so a bad OTEL_EXPORTER_OTLP_* value raises at configure().
-        self._otlp_settings = otlp_settings(config.rl_insight_transport, os.environ)
+        # Checked now, so a bad otlp_* setting (OTEL_EXPORTER_OTLP_*) raises at configure().
+        self._otlp_settings = otlp_settings(config)
         self._otlp: OtlpTransport | None = None
         self._last_transport: str | None = None
         self._hub = HubTransport()
@@ -173,29 +191,37 @@ class RLInsightForwarder:
         """
         threading.Thread(target=self._static_probe, name="verl-otel-bridge-probe", daemon=True).start()
 
-    def deliver(self, spans: Sequence[ReadableSpan]) -> Sequence[ReadableSpan]:
-        """Send ``spans`` to RL-Insight; return those it could not take: all when it is unusable."""
+    def send(self, spans: Sequence[ReadableSpan]) -> Outcome:
+        """Send ``spans`` to RL-Insight: over its OTLP endpoint when ready, what that refused through the hub;
+        refused (for the fallback): what neither took, all of them when RL-Insight is unusable."""
         try:
             probe = self.probe(initialize=True)
         except Exception as exc:  # noqa: BLE001 - a probe bug must not lose spans
             probe = Probe(False, "probe_failed", f"checking RL-Insight raised {type(exc).__name__}: {exc}")
             self._note_unusable(probe)
         if not probe.usable or probe.module is None:
-            return spans
+            return Outcome.refusing(spans, probe.detail)
         attributes = [forwarded_attributes(span) for span in spans]
         for span in spans:
             if is_session_span(span):
                 self._gauges.submit((probe, span))
+        via: dict[str, int] = {}
+        left_out = 0
         if self._otlp_ready(probe.module):
-            sent = self._send_otlp(spans, attributes)
-            if sent == len(spans):
-                return ()
-            spans, attributes = spans[sent:], attributes[sent:]
-        return self._send_hub(probe, spans, attributes)
+            outcome = self._send_otlp(spans, attributes)
+            via[OTLP_WAY], left_out = outcome.accepted, outcome.left_out
+            taken = len(spans) - len(outcome.refused)
+            spans, attributes = spans[taken:], attributes[taken:]
+        if spans:
+            refused, reason = self._send_hub(probe, spans, attributes, via)
+        else:
+            refused, reason = (), None
+        return Outcome(sum(via.values()), left_out, refused, reason, accepted_via=via)
 
     def _send_hub(
-        self, probe: Probe, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]
-    ) -> Sequence[ReadableSpan]:
+        self, probe: Probe, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]], via: dict[str, int]
+    ) -> tuple[Sequence[ReadableSpan], str | None]:
+        """Send through the hub, adding what it took to ``via``; what it refused, and why."""
         assert probe.module is not None
         self._last_transport = "hub"
         outcome = self._hub.send(probe.module, spans, attributes)
@@ -204,8 +230,8 @@ class RLInsightForwarder:
             problem = rl_insight_compat.with_reason(probe, *outcome.problem)
             self._last = problem
             self._note_unusable(problem)
-            return spans
-        self.counts.add(exported("rl_insight"), outcome.sent)
+            return spans, problem.detail
+        via[HUB_WAY] = outcome.sent
         if outcome.unconfirmed:
             self.counts.add(RL_INSIGHT_UNCONFIRMED)
             self._once.log(
@@ -215,7 +241,7 @@ class RLInsightForwarder:
                 self._hub.confirm_timeout_s,
             )
         if outcome.error is None:
-            return ()
+            return (), None
         exc = outcome.error
         self.counts.add(RL_INSIGHT_ERRORS)
         self._once.log(
@@ -227,7 +253,7 @@ class RLInsightForwarder:
             len(spans) - outcome.sent,
             self.fallback_name,
         )
-        return spans[outcome.sent :]
+        return spans[outcome.sent :], f"rl_insight.trace_span raised {type(exc).__name__}: {exc}"
 
     def _otlp_ready(self, module: Any = None) -> bool:
         if self._otlp_settings is None:  # the hub transport, or auto without urllib3
@@ -242,11 +268,11 @@ class RLInsightForwarder:
             namespace = getattr(state, "namespace", None) or server.get("namespace") or DEFAULT_NAMESPACE
             self._otlp = OtlpTransport(
                 str(url).strip(),
+                self._otlp_settings,
                 namespace=str(namespace),
                 labels=dict(labels)
                 if isinstance(labels, Mapping)
                 else {"project": self.config.project, "experiment_name": self.config.experiment_name},
-                settings=self._otlp_settings,
             )
         ready = self._otlp.available()
         if not ready and self.config.rl_insight_transport == "otlp":
@@ -258,28 +284,25 @@ class RLInsightForwarder:
             )
         return ready
 
-    def _send_otlp(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> int:
-        """How many leading spans the endpoint accepted; the rest are for the hub."""
+    def _send_otlp(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> Outcome:
+        """What the endpoint did with ``spans``; what it refused is for the hub."""
         assert self._otlp is not None
-        sent = self._otlp.send(spans, attributes)
-        if sent:
+        outcome = self._otlp.send(spans, attributes)
+        if outcome.accepted or outcome.left_out:
             self._last_transport = "otlp"
-            left_out = self._otlp.take_left_out()  # spans it could not encode: failed, the others exported
-            self.counts.add(exported("rl_insight_otlp"), sent - left_out)
-            self.counts.add(FAILED, left_out)
-        if sent == len(spans):
-            return sent
+        if not outcome.refused:
+            return outcome
         self.counts.add(OTLP_FAILED_BATCHES)
         self._once.log(
             "otlp-failed",
             logging.WARNING,
             "sending %d spans to %s failed (%s); they go through RL-Insight's hub, and the endpoint is retried "
             "with backoff",
-            len(spans) - sent,
+            len(outcome.refused),
             self._otlp.endpoint,
             self._otlp.last_error,
         )
-        return sent
+        return outcome
 
     def _static_probe(self) -> Probe:
         with self._lock:
@@ -323,7 +346,15 @@ class RLInsightForwarder:
             "rl_insight_installed": probe.reason != "not_installed",
             "rl_insight_version": probe.version,
             "rl_insight_package_version": probe.installed,
-            "counters": self.counts.snapshot(),
+        }
+
+    def where(self) -> Where:
+        """RL-Insight's OTLP endpoint, once discovered, and the last error sending there."""
+        otlp = self._otlp
+        return {
+            "endpoint": otlp.endpoint if otlp is not None else None,
+            "path": None,
+            "last_error": otlp.last_error if otlp is not None else None,
         }
 
     def _publish_gauges(self, probe: Probe, span: ReadableSpan) -> None:
@@ -344,11 +375,11 @@ class RLInsightForwarder:
     def _note_unusable(self, probe: Probe) -> None:
         self._notice.note(probe, self.counts.get(FALLBACK))
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
+    def flush(self, timeout_s: float) -> bool:
         """Wait (bounded) for the sessions' dashboard gauges still being published."""
-        return self._gauges.flush(timeout_millis / 1000)
+        return self._gauges.flush(timeout_s)
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         self._gauges.shutdown()
         if self._otlp is not None:
             self._otlp.shutdown()
@@ -372,3 +403,16 @@ def forwarded_attributes(span: ReadableSpan) -> dict[str, Any]:
                     attributes.setdefault(key, event.attributes[key])
             break
     return attributes
+
+
+def build(config: BridgeConfig, counts: SpanCounts) -> RLInsightDestination:
+    """The ``rl_insight`` destination of ``config``, its probe started (importing RL-Insight takes seconds)."""
+    destination = RLInsightDestination(
+        config,
+        config.rl_insight_min_version,
+        explicit=Route.of(config).explicit,
+        counts=counts,
+        fallback_name=config.fallback,
+    )
+    destination.start_probe()
+    return destination

@@ -28,12 +28,14 @@ from urllib.parse import urlparse
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan
 
+from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.exporters.destination import Outcome
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.otlp.deadline import get_bounded
-from verl_otel_bridge._internal.otlp.exporter import OtlpSpanExporter
+from verl_otel_bridge._internal.otlp.encoding import PerSpan
+from verl_otel_bridge._internal.otlp.exporter import OtlpDestination
 from verl_otel_bridge._internal.otlp.sender import (
     OtlpHttpSender,
-    OtlpSendError,
     credentials_from_url,
     environment_proxies,
     import_urllib3,
@@ -123,14 +125,15 @@ class _Backoff:
         self.next_at = 0.0
 
 
-def otlp_settings(transport: str, environ: Mapping[str, str]) -> SenderSettings | None:
+def otlp_settings(config: BridgeConfig) -> SenderSettings | None:
     """The sender settings the ``otlp``/``auto`` transport will use, checked now; None for ``hub``.
 
     Under ``auto`` a missing urllib3 means the hub (logged once); under ``otlp`` it is a mistake.
 
     Raises:
-        ValueError: a bad ``OTEL_EXPORTER_OTLP_*`` value, or ``otlp`` without urllib3.
+        ValueError: a bad ``otlp_*`` setting, or ``otlp`` without urllib3.
     """
+    transport = config.rl_insight_transport
     if transport == "hub":
         return None
     try:
@@ -140,50 +143,44 @@ def otlp_settings(transport: str, environ: Mapping[str, str]) -> SenderSettings 
             raise
         logger.info("%s; spans go through RL-Insight's hub", exc)
         return None
-    return SenderSettings.from_environment(environ, default_timeout_s=DEFAULT_TIMEOUT_S)
+    return SenderSettings.of(config, default_timeout_s=DEFAULT_TIMEOUT_S)
 
 
 class OtlpTransport:
     """Discovers RL-Insight's trace endpoint and sends span batches there as the hub would.
 
-    Batches are encoded and posted by :class:`~verl_otel_bridge._internal.otlp.exporter.OtlpSpanExporter`,
-    with the same ``OTEL_EXPORTER_OTLP_*`` variables (headers, timeout, compression, TLS)
-    the hub's exporter reads.
+    Batches are encoded and posted by :class:`~verl_otel_bridge._internal.otlp.exporter.OtlpDestination`,
+    with the same ``otlp_*`` settings (``OTEL_EXPORTER_OTLP_*``: headers, timeout,
+    compression, TLS) the hub's exporter reads.
 
     Args:
         server_url: RL-Insight's server URL.
+        settings: how batches are sent (:func:`otlp_settings`).
         namespace: the resource ``service.name`` (RL-Insight's ``server.namespace``).
         labels: what the hub adds to every span (``project``, ``experiment_name``).
         timeout_s: for discovery.
-        settings: how batches are sent (default: from ``environ``, export timeout ``timeout_s``).
-        environ: where the ``OTEL_EXPORTER_OTLP_*`` and proxy variables are read (default ``os.environ``).
-
-    Raises:
-        ValueError: as :func:`otlp_settings` with ``otlp``.
+        environ: where the proxy variables are read (default ``os.environ``).
     """
 
     def __init__(
         self,
         server_url: str,
+        settings: SenderSettings,
         *,
         namespace: str = DEFAULT_NAMESPACE,
         labels: Mapping[str, Any] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
-        settings: SenderSettings | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.server_url = server_url
         self.namespace = namespace
         self.timeout_s = timeout_s
         self._environ = os.environ if environ is None else environ
-        if settings is None:
-            import_urllib3("rl_insight_transport=otlp")
-            settings = SenderSettings.from_environment(self._environ, default_timeout_s=timeout_s)
         self._settings = settings
         # What the hub adds, in the order it adds it; the span's own attributes win.
         self._added = {"process_id": str(os.getpid()), **{k: v for k, v in (labels or {}).items() if v is not None}}
         self._resource = Resource.create({SERVICE_NAME: namespace})
-        self._exporter: OtlpSpanExporter | None = None
+        self._exporter: OtlpDestination | None = None
         self._new_lock()
         reinit_after_fork(self._new_lock)
         self._discovery = _Backoff()
@@ -207,47 +204,41 @@ class OtlpTransport:
                 self._discover()
             return (self._exporter is not None) and self._sending.ready()
 
-    def send(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> int:
-        """Export ``spans`` with ``attributes`` (one mapping per span); how many leading spans were accepted.
+    def send(self, spans: Sequence[ReadableSpan], attributes: Sequence[Mapping[str, Any]]) -> Outcome:
+        """Export ``spans`` with ``attributes`` (one mapping per span, in the hub's shape).
 
-        All of them on success; fewer when a batch split under the request-size
-        limit failed part way (those after are for the hub).
+        Refused spans (a request not accepted, and every span after it) are for the hub.
         """
         exporter = self._exporter
         if exporter is None:
-            return 0
+            return Outcome.refusing(spans, "RL-Insight's trace endpoint is not discovered yet")
         added = self._added
-        error: str | None = None
-        delivered = len(spans)
         try:
-            exporter.deliver(spans, resource=self._resource, attributes=[{**added, **attrs} for attrs in attributes])
-        except OtlpSendError as exc:
-            error, delivered = str(exc), exc.delivered
+            outcome = exporter.send_described(spans, PerSpan([{**added, **attrs} for attrs in attributes], None, None))
         except Exception as exc:  # noqa: BLE001 - an encoding bug must not lose the batch: the hub takes it
-            error, delivered = f"{type(exc).__name__}: {exc}", 0
+            outcome = Outcome.refusing(spans, f"{type(exc).__name__}: {exc}")
         with self._lock:
-            if error is None:
+            if not outcome.refused:
                 self._sending.succeeded()
                 self.last_error = None  # recovered: status() must not keep reporting an old failure
             else:
                 self._sending.failed()
-                self.last_error = error
-        return delivered
-
-    def take_left_out(self) -> int:
-        """How many spans of the last :meth:`send` the exporter left out (it could not encode them)."""
-        return self._exporter.take_left_out() if self._exporter is not None else 0
+                self.last_error = outcome.reason
+        return outcome
 
     def shutdown(self) -> None:
         """Close the connection to the endpoint (ending a wait between retries)."""
         if self._exporter is not None:
-            self._exporter.shutdown()
+            self._exporter.close()
 
     def _discover(self) -> None:
         try:
             endpoint = discover_trace_endpoint(self.server_url, self.timeout_s)
             exporter = (
-                OtlpSpanExporter(OtlpHttpSender(endpoint, self._settings, proxies=environment_proxies(self._environ)))
+                OtlpDestination(
+                    OtlpHttpSender(endpoint, self._settings, proxies=environment_proxies(self._environ)),
+                    resource=self._resource,
+                )
                 if endpoint is not None
                 else None
             )

@@ -2,14 +2,12 @@
 
 The plugin's workers build their bridge with :func:`worker_config`. It is
 :func:`~verl_otel_bridge._internal.verl.config.bridge_config` except when no destination is configured, i.e.
-none of these is set: the bridge keys ``exporter``, ``fallback``,
-``jsonl_path``, ``otlp_endpoint`` (``VERL_OTEL_BRIDGE_*`` or verl's
-``otel_bridge`` section), ``OTEL_TRACES_EXPORTER``, an OTLP endpoint variable
-(``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), or
-``rl_insight`` in verl's ``trainer.logger``. Then:
+none of these is set: the bridge keys ``exporter`` (also read from ``OTEL_TRACES_EXPORTER``),
+``fallback``, ``jsonl_path``, ``otlp_endpoint`` (also read from ``OTEL_EXPORTER_OTLP_ENDPOINT``
+/ ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), from ``VERL_OTEL_BRIDGE_*`` or verl's
+``otel_bridge`` section, or ``rl_insight`` in verl's ``trainer.logger``. Then:
 
-* ``OTEL_TRACES_EXPORTER`` names the exporter (``otlp``, ``console``, ``none``, ``rl_insight``);
-* else an OTLP endpoint (variable or ``otlp_endpoint``) makes it ``otlp``;
+* an OTLP endpoint makes it ``otlp``;
 * ``jsonl_path`` alone makes it ``jsonl`` to that file;
 * with none of them, each process appends to its own file in :func:`default_dir`
   (``spans-<host>-<pid>-<start>-<random>.jsonl``), and logs one WARNING naming
@@ -40,18 +38,6 @@ from verl_otel_bridge._internal.verl.config import bridge_config, bridge_section
 
 logger = logging.getLogger(__name__)
 
-#: OpenTelemetry's variable naming the traces exporter.
-TRACES_EXPORTER_ENV = "OTEL_TRACES_EXPORTER"
-#: OpenTelemetry's OTLP endpoint variables: either one makes ``otlp`` the default.
-OTLP_ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-#: ``OTEL_TRACES_EXPORTER`` value -> the bridge's exporter (its ``otlp`` is OTLP/HTTP with protobuf).
-TRACES_EXPORTERS = {
-    "otlp": "otlp",
-    "otlp_proto_http": "otlp",
-    "console": "console",
-    "none": "none",
-    "rl_insight": "rl_insight",
-}
 #: Bridge keys that, when set anywhere, say where spans go.
 DESTINATION_KEYS = ("exporter", "fallback", "jsonl_path", "otlp_endpoint")
 
@@ -88,8 +74,7 @@ def worker_config(verl_config: Mapping[str, Any], /, *, environ: Mapping[str, st
     configured (see the module docstring).
 
     Raises:
-        ValueError: a bad setting (as ``bridge_config``), or an
-            ``OTEL_TRACES_EXPORTER`` the bridge has no exporter for.
+        ValueError: a bad setting (as ``bridge_config``; ``OTEL_TRACES_EXPORTER`` naming no exporter is one).
     """
     env = os.environ if environ is None else environ
     config = bridge_config(verl_config, environ=env)
@@ -99,9 +84,7 @@ def worker_config(verl_config: Mapping[str, Any], /, *, environ: Mapping[str, st
     given = {key for key in DESTINATION_KEYS if sources[key] != "default"}
     if {"exporter", "fallback"} & given:
         return config
-    if env.get(TRACES_EXPORTER_ENV, "").strip():
-        return dataclasses.replace(config, exporter=_traces_exporter(env[TRACES_EXPORTER_ENV]))
-    if "otlp_endpoint" in given or any(env.get(name, "").strip() for name in OTLP_ENDPOINT_ENVS):
+    if "otlp_endpoint" in given:
         return dataclasses.replace(config, exporter="otlp")
     if "jsonl_path" in given:
         return dataclasses.replace(config, exporter="jsonl")
@@ -134,19 +117,6 @@ _HOW_TO_CHOOSE = (
     "set VERL_OTEL_BRIDGE_EXPORTER=otlp with OTEL_EXPORTER_OTLP_ENDPOINT, =jsonl with VERL_OTEL_BRIDGE_JSONL_PATH, "
     "or =console, =memory, =none (on Ray through the job's runtime_env; see docs/verl.md)"
 )
-
-
-def _traces_exporter(value: str) -> str | tuple[str, ...]:
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in TRACES_EXPORTERS]
-    if unknown:
-        raise ValueError(
-            f"verl_otel_bridge: {TRACES_EXPORTER_ENV}={value!r} names {', '.join(map(repr, unknown))}, which the "
-            f"bridge cannot export to (it reads {', '.join(TRACES_EXPORTERS)}); set VERL_OTEL_BRIDGE_EXPORTER, "
-            f"which wins over {TRACES_EXPORTER_ENV}, or change {TRACES_EXPORTER_ENV}"
-        )
-    chosen = tuple(dict.fromkeys(TRACES_EXPORTERS[name] for name in names))
-    return chosen[0] if len(chosen) == 1 else chosen
 
 
 def open_process_file(directory: Path) -> tuple[Path, bool]:

@@ -15,8 +15,10 @@ By job:
   through a byte-bounded buffer on a thread of its own, those the destination
   refused on the export thread) and counts what does not fit;
 * :mod:`.drain`: the thread that sends the oldest file back whenever the destination
-  answers, whatever happened to the files meanwhile;
-* :mod:`.exporter`: :class:`SpillingSpanExporter`, the destination that spills what it refuses.
+  answers, whatever happened to the files meanwhile.
+
+The export chain (:mod:`verl_otel_bridge._internal.pipeline.chain`) spills what the
+destination refuses and decides, from its health, when the drain may try it.
 
 Accounting: a span written is counted ``spilled`` (and ``spill_written``); when the
 drain reads it back, it leaves ``spilled`` (counted ``spill_drained``) and is counted
@@ -32,9 +34,7 @@ so replaying it (``verl-otel-bridge replay``) after the process died may resend
 spans the drain had already delivered.
 """
 
-from verl_otel_bridge._internal.pipeline.spill.exporter import SpillingSpanExporter
-from verl_otel_bridge._internal.pipeline.spill.health import Health
 from verl_otel_bridge._internal.pipeline.spill.settings import FROM_DESTINATION, FROM_QUEUE, SpillSettings
 from verl_otel_bridge._internal.pipeline.spill.spill import Spill
 
-__all__ = ["FROM_DESTINATION", "FROM_QUEUE", "Health", "Spill", "SpillSettings", "SpillingSpanExporter"]
+__all__ = ["FROM_DESTINATION", "FROM_QUEUE", "Spill", "SpillSettings"]

@@ -19,8 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from verl_otel_bridge._internal.accounting import FAILED, SPILL_DRAINED, SPILLED, SpanCounts
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import OnceLogger
-from verl_otel_bridge._internal.pipeline.budget import MAX_BATCH_BYTES
-from verl_otel_bridge._internal.pipeline.spill.health import Health
+from verl_otel_bridge._internal.pipeline.queue import MAX_BATCH_BYTES
 from verl_otel_bridge._internal.pipeline.spill.segments import SegmentStore, Taken
 from verl_otel_bridge._internal.pipeline.spill.settings import FROM_QUEUE, SpillSettings
 from verl_otel_bridge._internal.records import iter_lines, record_to_span
@@ -38,8 +37,8 @@ BATCH_JSON_BYTES = MAX_BATCH_BYTES // 4
 class DrainThread:
     """Drains ``store`` to ``drains[spilled_from]`` (``drains[FROM_QUEUE]`` for any other origin).
 
-    ``health()`` is read before each batch: while the destination is failing, one
-    batch per ``probe_s``.
+    ``may_try()`` (when given) is asked before each batch: while it says no (the
+    destination is failing), the drain waits for the next probe, ``probe_s`` later.
     """
 
     def __init__(
@@ -47,15 +46,15 @@ class DrainThread:
         store: SegmentStore,
         counts: SpanCounts,
         drains: Mapping[str, DrainTo],
-        health: Callable[[], Health | None],
+        may_try: Callable[[], bool] | None,
         settings: SpillSettings,
     ) -> None:
         self._store = store
         self._counts = counts
         self._drains = drains
-        self._health = health
-        self._batch_size = settings.batch_size
-        self._probe_s = settings.probe_s
+        self._may_try = may_try
+        self._batch_size = settings.max_export_batch_size
+        self._probe_s = settings.spill_probe_s
         self._once = OnceLogger(logger)
         self._start()
         reinit_after_fork(self._start)
@@ -92,9 +91,8 @@ class DrainThread:
     def _run(self) -> None:
         suppress_instrumentation_in_this_thread()
         while not self._stopping:
-            health = self._health()
             backlog = self._store.backlog
-            if not backlog or (health is not None and not health.up and not health.retry_due()):
+            if not backlog or (self._may_try is not None and not self._may_try()):
                 self._wake.wait(self._probe_s if backlog else None)
                 self._wake.clear()
                 continue

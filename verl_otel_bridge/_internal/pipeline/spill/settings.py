@@ -20,22 +20,22 @@ class SpillSettings:
     """Where and how much to spill.
 
     Attributes:
-        directory: the spill files' directory (made private to the user, or refused).
-        max_bytes: the files' total size at most (> 0).
+        spill_dir: the spill files' directory (made private to the user, or refused).
+        spill_max_bytes: the files' total size at most (> 0).
         buffer_bytes: estimated bytes of refused spans waiting to be written at most.
-        batch_size: spans per drained batch.
-        after_s: the destination counts as down once it refused every batch this long.
-        probe_s: while it is down, one batch is tried this often.
-        redact_keys: attribute keys replaced by ``[REDACTED]`` before a queue span is written.
+        max_export_batch_size: spans per drained batch.
+        spill_after_s: the destination counts as down once it refused every batch this long.
+        spill_probe_s: while it is down, one batch is tried this often.
+        redact_attributes: attribute keys replaced by ``[REDACTED]`` before a queue span is written.
     """
 
-    directory: str
-    max_bytes: int
+    spill_dir: str
+    spill_max_bytes: int
     buffer_bytes: int
-    batch_size: int
-    after_s: float
-    probe_s: float
-    redact_keys: frozenset[str] = field(default_factory=frozenset)
+    max_export_batch_size: int
+    spill_after_s: float
+    spill_probe_s: float
+    redact_attributes: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
     def of(cls, config: BridgeConfig) -> SpillSettings | None:
@@ -43,11 +43,11 @@ class SpillSettings:
         if not config.spill_max_bytes:
             return None
         return cls(
-            directory=config.spill_dir or default_spill_dir(),
-            max_bytes=config.spill_max_bytes,
+            spill_dir=config.spill_dir or default_spill_dir(),
+            spill_max_bytes=config.spill_max_bytes,
             buffer_bytes=max(config.max_queue_bytes // 4, MIN_BUFFER_BYTES),
-            batch_size=config.max_export_batch_size,
-            after_s=config.spill_after_s,
-            probe_s=config.spill_probe_s,
-            redact_keys=frozenset(config.redact_attributes),
+            max_export_batch_size=config.max_export_batch_size,
+            spill_after_s=config.spill_after_s,
+            spill_probe_s=config.spill_probe_s,
+            redact_attributes=frozenset(config.redact_attributes),
         )

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge._internal.accounting import DROPPED, SPILL_WRITTEN, SPILLED, SpanCounts
-from verl_otel_bridge._internal.exporters.redacting import redact
+from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import Reminder
-from verl_otel_bridge._internal.pipeline.queue import ExportQueue, QueueSettings
+from verl_otel_bridge._internal.pipeline.queue import ExportQueue
 from verl_otel_bridge._internal.pipeline.spill.drain import DrainThread, DrainTo
-from verl_otel_bridge._internal.pipeline.spill.health import Health
 from verl_otel_bridge._internal.pipeline.spill.segments import SegmentStore
 from verl_otel_bridge._internal.pipeline.spill.settings import FROM_QUEUE, SpillSettings
-from verl_otel_bridge._internal.records import RecordLines
+from verl_otel_bridge._internal.records import RecordLines, redact
 
 logger = logging.getLogger(__name__)
 
@@ -29,26 +29,56 @@ class Spill:
     """The spill files of one bridge, the thread that writes refused spans and the one that drains them.
 
     ``drains`` maps ``spilled_from`` (:data:`FROM_QUEUE`, :data:`FROM_DESTINATION`)
-    to where a drained batch goes; set it before the first span. With ``health``,
-    the drain waits while the destination is failing (one batch per ``probe_s``).
+    to where a drained batch goes. With ``may_try``, the drain waits while it says
+    no (the destination is failing and no probe is due).
     """
 
-    def __init__(self, settings: SpillSettings, counts: SpanCounts, health: Health | None = None) -> None:
+    def __init__(
+        self,
+        settings: SpillSettings,
+        counts: SpanCounts,
+        drains: Mapping[str, DrainTo],
+        may_try: Callable[[], bool] | None = None,
+    ) -> None:
         self.settings = settings
         self.counts = counts
-        self.health = health
-        self.drains: dict[str, DrainTo] = {}
         self._dropping = 0
         self._drop_warning = Reminder(logger, DROP_WARNING_INTERVAL_S)
-        self._store = SegmentStore(settings.directory, settings.max_bytes)
+        self._store = SegmentStore(settings.spill_dir, settings.spill_max_bytes)
         self._lines = RecordLines()
-        # The caller only appends to this byte-bounded queue; its thread writes the files.
-        self._buffer = ExportQueue(
-            self._write_buffered,
-            QueueSettings(max_size=None, batch_size=settings.batch_size, delay_s=0.0, max_bytes=settings.buffer_bytes),
-            thread_name="verl-otel-bridge-spill",
-        )
-        self._drain = DrainThread(self._store, counts, self.drains, lambda: self.health, settings)
+        self._drains = drains
+        self._may_try = may_try
+        # Their threads start with the first span spilled: most runs never spill.
+        self._buffer: ExportQueue | None = None
+        self._drain: DrainThread | None = None
+        self._new_lock()
+        reinit_after_fork(self._new_lock)
+
+    def _new_lock(self) -> None:
+        self._starting = threading.Lock()
+
+    def _buffered(self) -> ExportQueue:
+        """The byte-bounded queue the caller appends refused spans to; its thread writes the files."""
+        if self._buffer is None:
+            with self._starting:
+                if self._buffer is None:
+                    self._buffer = ExportQueue(
+                        self._write_buffered,
+                        max_bytes=self.settings.buffer_bytes,
+                        max_spans=None,
+                        batch_size=self.settings.max_export_batch_size,
+                        delay_s=0.0,
+                        thread_name="verl-otel-bridge-spill",
+                    )
+        return self._buffer
+
+    def _draining(self) -> DrainThread:
+        """The thread that sends the spilled spans back."""
+        if self._drain is None:
+            with self._starting:
+                if self._drain is None:
+                    self._drain = DrainThread(self._store, self.counts, self._drains, self._may_try, self.settings)
+        return self._drain
 
     def offer(self, span: ReadableSpan, size: int) -> None:
         """Take a span the export queue refused (estimated ``size`` bytes), to be written on the spill
@@ -56,7 +86,7 @@ class Spill:
 
         When the write buffer is full too (the disk is slower than the burst), the span is dropped.
         """
-        if not self._buffer.put(span, size):
+        if not self._buffered().put(span, size):
             self._drop(1, "the spill's write buffer is full")
 
     def write(self, spans: Sequence[ReadableSpan], spilled_from: str) -> bool:
@@ -65,15 +95,15 @@ class Spill:
         True when all of them were written.
         """
         lines = [self._lines.line(span, spilled_from=spilled_from).encode() for span in spans]
-        fit = self._store.append(lines, again=self._drain.is_current())
+        fit = self._store.append(lines, again=self.on_drain_thread())
         if fit:
             self.counts.add(SPILLED, fit)
             self.counts.add(SPILL_WRITTEN, fit)
-            self._drain.wake()
+            self._draining().wake()
         if fit < len(lines):
             self._drop(
                 len(lines) - fit,
-                f"the spill is full or unwritable ({self.settings.max_bytes} bytes in {self.settings.directory})",
+                f"the spill is full or unwritable ({self.settings.spill_max_bytes} bytes in {self.settings.spill_dir})",
             )
             return False
         if self._dropping:
@@ -82,7 +112,7 @@ class Spill:
         return True
 
     def _write_buffered(self, taken: list[ReadableSpan]) -> None:
-        keys = self.settings.redact_keys
+        keys = self.settings.redact_attributes
         spans = [redact(span, keys) for span in taken] if keys else taken
         try:
             self.write(spans, FROM_QUEUE)
@@ -99,25 +129,28 @@ class Spill:
 
     def on_drain_thread(self) -> bool:
         """Whether the caller is the drain thread (whose batches always try the destination)."""
-        return self._drain.is_current()
+        return self._drain is not None and self._drain.is_current()
 
     def wake_drain(self) -> None:
         """The destination answered: drain now if anything waits."""
-        self._drain.wake()
+        if self._drain is not None:
+            self._drain.wake()
 
     def force_flush(self, timeout_s: float) -> bool:
         """Wait until every span offered before the call is written and no drained batch is in flight."""
         deadline = time.monotonic() + timeout_s
-        written = self._buffer.force_flush(timeout_s)
+        written = self._buffer.force_flush(timeout_s) if self._buffer is not None else True
+        if self._drain is None:
+            return written
         return self._drain.wait_idle(max(0.0, deadline - time.monotonic())) and written
 
     def shutdown(self, timeout_s: float) -> None:
         """Write what is buffered and stop both threads within ``timeout_s``; the files stay for replay."""
         deadline = time.monotonic() + timeout_s
-        left = self._buffer.shutdown(timeout_s)
+        left = self._buffer.shutdown(timeout_s) if self._buffer is not None else 0
         if left:
             self._drop(left, "the bridge shut down before the spill thread wrote them")
-        if self._drain.stop(max(0.0, deadline - time.monotonic())):
+        if self._drain is None or self._drain.stop(max(0.0, deadline - time.monotonic())):
             self._store.close()
         status = self.status()
         if status["backlog"]:
@@ -131,7 +164,7 @@ class Spill:
         """``file`` (the newest), ``files``, ``bytes`` on disk and ``backlog`` (spans not drained yet)."""
         files, size, backlog = self._store.status()
         return {
-            "dir": self.settings.directory,
+            "dir": self.settings.spill_dir,
             "file": files[-1] if files else None,
             "files": files,
             "bytes": size,

@@ -4,10 +4,10 @@ The bridge records spans in its native vocabulary, the keys RL-Insight's
 dashboards query (``session``, ``uid``, ``turn``, ``reward``, ...), and that is
 what RL-Insight and the bridge's own captures (``memory``, ``jsonl``,
 ``console``: read back by ``SpanCapture``, ``show`` and ``replay``) receive.
-:class:`GenericVocabularySpanExporter` wraps the ``otlp`` destination (also
-``replay --to otlp``) and translates each span on its way out
-(:func:`generic_span`), so Arize Phoenix, MLflow, Langfuse and other GenAI-aware backends show
-sessions, span kinds, tokens, inputs and outputs, reward and failures:
+The ``otlp`` destination (also ``replay --to otlp``) sends each span translated
+by a :class:`Translator` (:func:`generic_parts`, :func:`generic_span`), so Arize
+Phoenix, MLflow, Langfuse and other GenAI-aware backends show sessions, span
+kinds, tokens, inputs and outputs, reward and failures:
 
 - identity: ``session`` becomes ``session.index`` (Phoenix stores attributes as
   a nested tree, where a plain ``session`` would hide ``session.id``); every
@@ -37,16 +37,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypedDict, cast
+from typing import Any, TypedDict
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events
-from verl_otel_bridge._internal.exporters.base import WrappingSpanExporter, left_out_reader
 from verl_otel_bridge._internal.logs import OnceLogger
-from verl_otel_bridge._internal.otlp.encoding import PerSpan
 from verl_otel_bridge._internal.protocol import (
     CONTENT,
     DEFAULT_KIND,
@@ -314,58 +311,22 @@ def reward_events(span: ReadableSpan, attributes: Mapping[str, Any] | None = Non
     return events
 
 
-class TakesTranslations(Protocol):
-    """An exporter that sends spans with attributes, events and resources given beside them (``otlp``'s)."""
+class Translator:
+    """Translates spans one by one (:func:`generic_parts`), remembering across spans what it can.
 
-    def export_translated(self, spans: Sequence[ReadableSpan], per_span: PerSpan) -> SpanExportResult:
-        """Export ``spans``, each with the attributes, events and resource ``per_span`` gives for it."""
-        ...
-
-
-class GenericVocabularySpanExporter(WrappingSpanExporter):
-    """Passes ``inner`` each span translated by :func:`generic_span`.
-
-    An ``inner`` with ``export_translated`` (:class:`TakesTranslations`) gets the original
-    spans with their translated parts beside them, so no span is copied. ``project``
-    (the configured one) names the Phoenix project of spans whose identity has none.
+    ``project`` (the configured one) names the Phoenix project of spans whose identity has none.
+    A span it cannot translate gives None (it goes out as it was) and is logged once per kind.
     """
 
-    def __init__(self, inner: SpanExporter, project: str | None = None) -> None:
-        super().__init__(inner)
+    def __init__(self, project: str | None = None) -> None:
         self.project = project or None
         # project -> (resource, resource with that project): spans share their provider's resource
         self._resources: dict[str, tuple[Resource, Resource]] = {}
         self._plans = KeyPlans()
         self._once = OnceLogger(logger)
-        self._left_out = left_out_reader(inner)
-        translated = getattr(inner, "export_translated", None)
-        self._export_translated: TakesTranslations | None = inner if callable(translated) else None  # type: ignore[assignment]
 
-    def take_left_out(self) -> int:
-        """The inner exporter's count of spans left out of its last batch (see ``LeavesOut``)."""
-        return self._left_out()
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        translated = [self._translate(span) for span in spans]
-        if self._export_translated is None or None in translated:  # (a span that could not be translated)
-            return self.inner.export(
-                [
-                    span if parts is None else replace_span(span, **parts)
-                    for span, parts in zip(spans, translated, strict=True)
-                ]
-            )
-        complete = cast(list[GenericParts], translated)
-        return self._export_translated.export_translated(
-            spans,
-            PerSpan(
-                [parts["attributes"] for parts in complete],
-                [parts["events"] for parts in complete],
-                [parts["resource"] for parts in complete],
-            ),
-        )
-
-    def _translate(self, span: ReadableSpan) -> GenericParts | None:
-        """``span``'s translated parts; None when it cannot be translated (it goes out as it is)."""
+    def __call__(self, span: ReadableSpan) -> GenericParts | None:
+        """``span``'s translated parts; None when it cannot be translated."""
         try:
             return generic_parts(span, self.project, self._resource, self._plans)
         except Exception as exc:  # noqa: BLE001 - an odd span goes out untranslated, never lost
