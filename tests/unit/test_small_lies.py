@@ -16,6 +16,49 @@ from verl_otel_bridge._internal.tree import render_tree
 
 WAIT_S = 120
 
+# -- status values outside the protocol's -------------------------------------------------------
+
+
+def status_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "status" in r.getMessage()]
+
+
+def test_a_status_outside_the_protocol_is_kept_and_warned_about_once_per_value(
+    make_bridge: Callable[..., Bridge], caplog: pytest.LogCaptureFixture
+) -> None:
+    bridge = make_bridge(exporter="memory")
+    with caplog.at_level(logging.WARNING, logger="verl_otel_bridge"):
+        for status in ("sucess", "sucess", "Success", "timeout", "unfinished", "ok"):
+            with bridge.session(sample=0, session=0) as s:
+                s.finish(status=status)
+    spans = bridge.memory_exporter.get_finished_spans()  # type: ignore[union-attr]
+    assert [span.attributes["status"] for span in spans] == [  # type: ignore[index]
+        "sucess",
+        "sucess",
+        "Success",
+        "timeout",
+        "unfinished",
+        "ok",
+    ]
+    warned = status_warnings(caplog)
+    assert len(warned) == 2, warned  # 'sucess' once, 'ok' once; the protocol's (any case) never
+    assert "'sucess'" in warned[0] and "Did you mean 'success'?" in warned[0] and "kept" in warned[0]
+    assert "'ok'" in warned[1] and "Did you mean" not in warned[1]
+
+
+def test_a_task_status_outside_the_protocol_is_warned_about_too(
+    make_bridge: Callable[..., Bridge], caplog: pytest.LogCaptureFixture
+) -> None:
+    bridge = make_bridge(exporter="memory")
+    with caplog.at_level(logging.WARNING, logger="verl_otel_bridge"):
+        with bridge.session(sample=0, session=0), bridge.task("solve") as task:
+            task.set_result(status="faild", reward=0.0)
+    (warned,) = status_warnings(caplog)
+    assert "'faild'" in warned and "Did you mean 'failed'?" in warned
+    task_span = next(s for s in bridge.memory_exporter.get_finished_spans() if s.name == "agent_task")  # type: ignore[union-attr]
+    assert task_span.attributes["status"] == "faild"  # type: ignore[index]
+
+
 # -- "did you mean" for values, as for keys -------------------------------------------------------
 
 

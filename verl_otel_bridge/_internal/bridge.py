@@ -28,7 +28,7 @@ from opentelemetry.trace import (
 from verl_otel_bridge._internal.accounting import SpanCounts
 from verl_otel_bridge._internal.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
 from verl_otel_bridge._internal.attributes import AttributeValue, clean_attributes, to_text
-from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.config import BridgeConfig, did_you_mean
 from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge._internal.identity import IdentityFields, SessionIdentity, current_identity, using_identity
 from verl_otel_bridge._internal.inflight import InflightSessions
@@ -39,7 +39,7 @@ from verl_otel_bridge._internal.pipeline.processors import (
     ExportSpanProcessor,
     IdentitySpanProcessor,
 )
-from verl_otel_bridge._internal.protocol import SESSION_SPAN_NAME
+from verl_otel_bridge._internal.protocol import KNOWN_STATUSES, SESSION_SPAN_NAME
 from verl_otel_bridge._internal.sampler import default_sampler
 from verl_otel_bridge._internal.session import Session, SessionScope, session_start_attributes
 from verl_otel_bridge._internal.signals import flush_on_sigterm
@@ -376,6 +376,18 @@ class Bridge:
         """Count a value that had to be converted (``converted``), and log ``message`` once per ``key``."""
         self.counts.add("converted")
         self._once.log(key, logging.WARNING, message, *args)
+
+    def note_status(self, status: str) -> None:
+        """Warn once per value when a session's or task's ``status`` is not one the protocol names (it is kept)."""
+        if status.lower() not in KNOWN_STATUSES:
+            self._once.log(
+                f"status:{status}",
+                logging.WARNING,
+                "status %r is not one the span protocol names (%s).%s It is kept as given; this is said once per value",
+                status,
+                ", ".join(KNOWN_STATUSES),
+                did_you_mean(status, KNOWN_STATUSES),
+            )
 
     def _note_conversion(self, kind: str, key: str) -> None:
         self.counts.add("converted")
