@@ -83,3 +83,50 @@ def test_did_you_mean_from_the_environment_and_only_when_something_is_close() ->
     with pytest.raises(ValueError) as raised:
         BridgeConfig.resolve(environ={}, exporter="kafka")
     assert "Did you mean" not in str(raised.value)
+
+
+# -- the command line on a closed pipe ----------------------------------------------------------------
+
+
+@pytest.fixture
+def big_capture(tmp_path: Path, make_bridge: Callable[..., Bridge]) -> Path:
+    """A capture whose tree, report and replay are each far larger than a pipe's buffer (64 KiB)."""
+    path = tmp_path / "spans.jsonl"
+    bridge = make_bridge(exporter="jsonl", jsonl_path=str(path))
+    for sample in range(400):
+        with bridge.session(sample=sample, session=0, global_steps=sample % 4, uid=f"u{sample % 50}") as s:
+            with s.turn(0):
+                pass
+    assert bridge.force_flush(10)
+    return path
+
+
+def _cli(args: list[str], read_first_line: bool) -> subprocess.CompletedProcess[str]:
+    """Run the command with standard output a pipe whose reader closes before it writes, or after one line."""
+    read, write = os.pipe()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VERL_OTEL_BRIDGE_"))}
+    with subprocess.Popen(
+        [sys.executable, "-m", "verl_otel_bridge.cli", *args],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    ) as proc:
+        os.close(write)
+        with os.fdopen(read, "rb") as reader:
+            if read_first_line:
+                assert reader.readline()  # as `| head -1`
+        stderr = proc.communicate(timeout=WAIT_S)[1]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("read_first_line", [False, True], ids=["reader gone at once", "reader gone after a line"])
+@pytest.mark.parametrize("command", [["show"], ["report"], ["replay", "--to", "console"]], ids=lambda c: c[0])
+def test_show_report_and_replay_end_quietly_when_the_reader_goes_away(
+    big_capture: Path, command: list[str], read_first_line: bool
+) -> None:
+    done = _cli([command[0], str(big_capture), *command[1:]], read_first_line)
+    assert done.stderr == ""  # no traceback, no "exporter raised", no summary of a cut-short run
+    assert done.returncode == 1
