@@ -130,3 +130,21 @@ def test_show_report_and_replay_end_quietly_when_the_reader_goes_away(
     done = _cli([command[0], str(big_capture), *command[1:]], read_first_line)
     assert done.stderr == ""  # no traceback, no "exporter raised", no summary of a cut-short run
     assert done.returncode == 1
+
+
+# -- the tree printer -------------------------------------------------------------------------------------
+
+
+def test_the_tree_leaves_out_empty_attributes(make_bridge: Callable[..., Bridge]) -> None:
+    bridge = make_bridge(exporter="memory")
+    with bridge.session(sample=0, session=0) as s:
+        s.finish(status="success")  # runner_name, reward_source and finished become ""
+        with bridge.span("tool", args=[], note=None, given=0, flag=False):
+            pass
+    tree = render_tree(bridge.memory_exporter.get_finished_spans())  # type: ignore[union-attr]
+    session_line, tool_line = tree.splitlines()
+    assert "status=success" in session_line and "num_trajectories=0" in session_line
+    for empty in ("runner_name=", "reward_source=", "finished="):
+        assert empty not in session_line
+    assert "given=0" in tool_line and "flag=False" in tool_line
+    assert "args=" not in tool_line and "note=" not in tool_line
