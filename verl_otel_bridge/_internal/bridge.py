@@ -25,7 +25,7 @@ from opentelemetry.trace import (
     Tracer,
 )
 
-from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.accounting import IDENTITY_LOST, SpanCounts
 from verl_otel_bridge._internal.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
 from verl_otel_bridge._internal.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge._internal.config import BridgeConfig, did_you_mean
@@ -78,7 +78,7 @@ class Bridge:
         self._on_convert = self._note_conversion  # bound once: spans convert their attributes with it
         self._pipeline: Pipeline | None = None
         self._processor: ExportSpanProcessor | None = None
-        self._identity_processor = IdentitySpanProcessor()
+        self._identity_processor = IdentitySpanProcessor(self._note_lost_identity)
         self._inflight = InflightSessions(self.counts, self.config.progress_interval_s, self.config.straggler_factor)
         self._provider: TracerProvider | None = None
         self._start_span: StartSpan = self._start_stamped
@@ -397,6 +397,17 @@ class Bridge:
             "attribute %r: %s value converted so it is not dropped (see verl_otel_bridge._internal.attributes)",
             key,
             kind,
+        )
+
+    def _note_lost_identity(self, name: str) -> None:
+        self.counts.add(IDENTITY_LOST)
+        self._once.log(
+            "identity-lost",
+            logging.WARNING,
+            "span %r started outside any session, under a span that is in one: the thread it runs in was not "
+            "handed the session's context, so it carries no identity (counted as identity_lost); call "
+            "verl_otel_bridge.propagate_to_threads() once, or hand the work over with contextvars.copy_context().run",
+            name,
         )
 
     def _span_name(self, name: Any) -> str:
