@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -271,3 +272,22 @@ def test_opentelemetry_threading_instrumentation_carries_the_parent_not_the_iden
         assert bridge.status()["counters"]["identity_lost"] == 1
     finally:
         instrumentor.uninstrument()
+
+
+def test_the_bridges_own_threads_keep_no_callers_context(make_bridge: Callable[..., Bridge], propagating: None) -> None:
+    """The progress thread starts when the first session opens: with the switch on it still must not run in the
+    context it was started from (here inside a ``resume()``), or it would stamp that identity on every session's
+    progress records."""
+    made = make_bridge(exporter="memory", progress_interval_s=0.05)
+    elsewhere = {"experiment_name": "default", "sample": "elsewhere", "session": "0", "uid": "elsewhere"}
+    with made.resume(elsewhere), made.session(sample="first", session=0, uid="first"):
+        with made.session(sample="second", session=0, uid="second"):
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline:
+                made.force_flush(5)
+                records = [s for s in made.memory_exporter.get_finished_spans() if s.name == "agent_session.progress"]  # type: ignore[union-attr]
+                if {r.attributes["sample"] for r in records} >= {"first", "second"}:  # type: ignore[index]
+                    break
+                time.sleep(0.01)  # polling with a bound, not synchronisation
+    by_sample = {(r.attributes["sample"], r.attributes["uid"]) for r in records}  # type: ignore[index]
+    assert by_sample == {("first", "first"), ("second", "second")}

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+_PACKAGE = __name__.split(".", 1)[0] + "."
 #: Set on the two replacements, so the switch knows its own and finds what they replaced.
 _MARK = "_verl_otel_bridge_carries_context"
 
@@ -32,12 +33,22 @@ _MARK = "_verl_otel_bridge_carries_context"
 def _carrying_start(start: Callable[[threading.Thread], None]) -> Callable[[threading.Thread], None]:
     @functools.wraps(start)
     def carrying_start(self: threading.Thread) -> None:
-        # The instance attribute wins over the class's run, a subclass's own run included.
-        self.run = functools.partial(contextvars.copy_context().run, self.run)  # type: ignore[method-assign]
+        if not _the_bridges(self):
+            # The instance attribute wins over the class's run, a subclass's own run included.
+            self.run = functools.partial(contextvars.copy_context().run, self.run)  # type: ignore[method-assign]
         start(self)
 
     setattr(carrying_start, _MARK, True)
     return carrying_start
+
+
+def _the_bridges(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is one of the bridge's own (export, progress, spill, ...). Those start in an empty
+    context, as without the switch: they outlive whatever session happened to start them, and a progress
+    thread running in one would stamp its identity on every session's progress records."""
+    target = getattr(thread, "_target", None)  # threading.Thread's own attribute, set by its __init__
+    module = getattr(target, "__module__", None) or type(thread).__module__
+    return isinstance(module, str) and module.startswith(_PACKAGE)
 
 
 def _carrying_submit(submit: Callable[..., Future[Any]]) -> Callable[..., Future[Any]]:
