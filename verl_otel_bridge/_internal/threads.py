@@ -78,8 +78,9 @@ def propagate_to_threads(enabled: bool = True) -> None:
     submitted in: spans made there carry the session identity and are children of
     the span that was current. It holds for the whole process, for every bridge,
     until ``propagate_to_threads(False)``; calling it again changes nothing. Every
-    context variable is carried, as ``asyncio.to_thread`` carries them. Code that
-    starts no thread runs exactly as without it.
+    context variable is carried, as ``asyncio.to_thread`` carries them; the bridge's
+    own background threads start in an empty context all the same. Code that starts
+    no thread runs exactly as without it.
 
     Without it, hand the context over yourself: ``contextvars.copy_context().run``
     as the callable, or ``resume(identity.to_dict())`` in the thread.
