@@ -428,18 +428,32 @@ def _slow_destination_text(results: dict[str, Any]) -> str:
     )
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or ``unknown``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def hardware(cores: int | None) -> str:
+    """What the docs say of the hardware a figure came from, and no more: ``2 cores, <CPU model>``."""
+    return f"{cores} cores, {cpu_model()}"
+
+
 def _machine_text(results: dict[str, Any]) -> str:
     meta = results["meta"]
     m = meta["machine"]
     vers = ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v)
     return (
-        f"- {m['nproc']} CPUs (nproc), {m['cpu_model']}, {m['mem_total_gb']} GB RAM, Linux {m['kernel']}\n"
-        f"- Python {m['python']} ({m['python_implementation']}), `{m['executable']}`\n"
-        f"- {vers}\n"
+        f"- {m['nproc']} cores, {m['cpu_model']}; run {meta['started']}, {meta['seconds']:.0f} s in all\n"
+        f"- Python {m['python']} ({m['python_implementation']}); {vers}\n"
         f"- load average at start {', '.join(f'{x:.2f}' for x in m['load_average_start'])}; at end "
-        f"{', '.join(f'{x:.2f}' for x in m.get('load_average_end', []))} (the machine is shared: interleaving "
-        f"and the paired per-round ratios are what make the comparison fair)\n"
-        f"- run {meta['started']}, {meta['seconds']:.0f} s in all"
+        f"{', '.join(f'{x:.2f}' for x in m.get('load_average_end', []))} (other work was running: interleaving "
+        f"and the paired per-round ratios are what make the comparison fair)"
     )
 
 

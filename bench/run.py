@@ -789,14 +789,6 @@ def phase_memory(settings: Settings) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     mem_total = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -806,7 +798,7 @@ def machine() -> dict[str, Any]:
         pass
     return {
         "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "cpu_model": cpu,
+        "cpu_model": report.cpu_model(),
         "mem_total_gb": mem_total,
         "kernel": platform.release(),
         "python": platform.python_version(),

@@ -31,7 +31,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from report import write_between  # noqa: E402
+from report import hardware, write_between  # noqa: E402
 
 from verl_otel_bridge.verl.plugin import SWITCH_ENV  # noqa: E402
 
@@ -120,7 +120,7 @@ def markdown(results: dict[str, Any], rounds: int) -> str:
         [
             BEGIN,
             "",
-            f"Measured {time.strftime('%Y-%m-%d')} on this machine ({os.cpu_count()} cores, shared), verl 0.9.1,",
+            f"Measured {time.strftime('%Y-%m-%d')} ({hardware(os.cpu_count())}), verl 0.9.1,",
             f"{rounds} interleaved rounds of {results['steps_per_round']} steps per arm, exporter `jsonl`; "
             f"per step: {PHASES} timers around empty blocks and one `Tracking.log` of {METRICS} metrics "
             "(medians):",

@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "verl"))
 
 import harness  # noqa: E402
 from bare_sdk_bridge import BareSdkBridge  # noqa: E402
-from report import write_between  # noqa: E402
+from report import hardware, write_between  # noqa: E402
 
 from verl_otel_bridge._internal import current  # noqa: E402 - the sdk arm swaps the current bridge
 from verl_otel_bridge.verl.plugin import BACKEND, SWITCH_ENV  # noqa: E402
@@ -249,7 +249,7 @@ def markdown(results: dict[str, Any], rounds: int, exporter: str) -> str:
         [
             BEGIN,
             "",
-            f"Measured {time.strftime('%Y-%m-%d')} on this machine ({os.cpu_count()} cores, shared), verl 0.9.1,",
+            f"Measured {time.strftime('%Y-%m-%d')} ({hardware(os.cpu_count())}), verl 0.9.1,",
             f"{rounds} rounds of the five arms (order rotated each round), exporter `{exporter}`; times are",
             "medians of one `generate_sequences` call, ratios medians of the per-round ratios (paired).",
             "Per span: the traced arm's extra time over `unset`, per span it made; `off` per",

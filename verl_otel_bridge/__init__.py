@@ -34,6 +34,7 @@ from verl_otel_bridge._internal.moved import install as _answer_moved_modules
 from verl_otel_bridge._internal.payload import record_io
 from verl_otel_bridge._internal.session import Session
 from verl_otel_bridge._internal.status import BridgeStatus
+from verl_otel_bridge._internal.threads import propagate_to_threads
 from verl_otel_bridge._version import __version__
 
 _answer_moved_modules()
@@ -51,6 +52,7 @@ __all__ = [
     "force_flush",
     "get_bridge",
     "instrument",
+    "propagate_to_threads",
     "record_io",
     "record_span",
     "resume",

@@ -183,7 +183,8 @@ from typing import Any  # noqa: E402
 
 @pytest.fixture
 def make_bridge() -> Iterator[Any]:
-    """``make_bridge(**settings)``: a ``Bridge`` from exactly these settings (no environment), shut down after.
+    """``make_bridge(**settings)``: a ``Bridge`` from exactly these settings (and ``environ``, empty by default),
+    shut down after.
 
     Also sets it as the current bridge (for ``verl_otel_bridge.session`` & co.) and
     restores the previous one at the end.
@@ -193,8 +194,8 @@ def make_bridge() -> Iterator[Any]:
     made: list[Any] = []
     previous: list[Any] = []
 
-    def make(**settings: Any) -> Any:
-        bridge = Bridge(BridgeConfig.resolve(environ={}, **settings))
+    def make(*, environ: dict[str, str] | None = None, **settings: Any) -> Any:
+        bridge = Bridge(BridgeConfig.resolve(environ=environ or {}, **settings))
         made.append(bridge)
         previous.append(set_bridge(bridge))
         return bridge

@@ -613,14 +613,11 @@ def bridge_copy_exporter(bridge: Any, name: str = "memory") -> Any:
     fallback is ``memory``, so tests that check what the primary forwarded read
     the copy instead.)
     """
-    from verl_otel_bridge._internal.exporters.fanout import FanOutSpanExporter
-
-    exporter = bridge.pipeline.exporter  # type: ignore[union-attr]
-    while not isinstance(exporter, FanOutSpanExporter):
-        exporter = getattr(exporter, "inner", None) or getattr(exporter, "_inner", None)
-        if exporter is None:
-            raise ValueError("the bridge has no exporter copies (configure exporter=[primary, copy])")
-    return exporter.copies[name]
+    chain = bridge.pipeline.chain
+    copies = {named.name: named.destination for named in (chain.copies if chain is not None else ())}
+    if name not in copies:
+        raise ValueError("the bridge has no exporter copies (configure exporter=[primary, copy])")
+    return copies[name]
 
 
 def hex_ids(span: Any) -> dict[str, str]:

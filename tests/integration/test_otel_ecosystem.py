@@ -80,13 +80,12 @@ def test_otlp_exporter_delivers_every_span_with_identity_parents_and_resource(
         "experiment_name": "exp",
         "schedule_delay_ms": 50,
     }
+    environ: dict[str, str] = {}
     if endpoint_from == "otlp_endpoint":
-        monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
         settings["otlp_endpoint"] = fresh_otlp_receiver.url
-    else:  # read by OpenTelemetry's exporter itself
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", fresh_otlp_receiver.url)
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
-    bridge = make_bridge(**settings)
+    else:  # OpenTelemetry's variable, as its own exporter reads it
+        environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = fresh_otlp_receiver.url
+    bridge = make_bridge(environ=environ, **settings)
     agent_loop(bridge, run_tag)
     assert bridge.force_flush(30)
     had = {hex_id(s.context.span_id): s for s in bridge_copy_exporter(bridge).get_finished_spans()}

@@ -91,3 +91,23 @@ def test_bench_smoke_produces_every_row_it_can(tmp_path: Path) -> None:
     assert "### Behind a slow destination" in markdown and "| slow |" in markdown
     for key in ALWAYS:
         assert f"| {key} |" in markdown
+
+
+@pytest.mark.timeout(120)
+def test_thread_context_bench_runs_every_variant() -> None:
+    """``bench/thread_context.py`` (the figures of docs/concepts.md's threads section) with tiny counts."""
+    pytest.importorskip("opentelemetry.instrumentation.threading")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "thread_context.py"), "--rounds", "2", "--spans", "20", "--tasks", "5"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=_clean_env(),
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for variant in ("switch off", "switch on", "ThreadingInstrumentor", "check on"):
+        assert variant in proc.stdout, proc.stdout
+    assert "switch on / off, no thread:" in proc.stdout

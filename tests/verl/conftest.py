@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `import otlp_
 import harness
 import stack
 
+from verl_otel_bridge._internal.config import environment_variables
 from verl_otel_bridge._internal.verl import destination
 
 HERE = Path(__file__).resolve().parent
@@ -36,7 +37,7 @@ run_tag = integration.run_tag
 #: The bridge's variables, which no test inherits from the caller.
 WORKER_PREFIX = "VERL_OTEL_BRIDGE_"
 #: OpenTelemetry's variables that choose the verl plugin's destination (verl_otel_bridge._internal.verl.destination).
-DESTINATION_ENVS = (destination.TRACES_EXPORTER_ENV, *destination.OTLP_ENDPOINT_ENVS)
+DESTINATION_ENVS = (*environment_variables("exporter")[1:], *environment_variables("otlp_endpoint")[1:])
 
 
 @pytest.fixture(scope="session")

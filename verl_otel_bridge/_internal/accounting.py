@@ -31,6 +31,8 @@ STARTED, ENDED = "started", "ended"
 FALLBACK, SPILLED, SAMPLED_OUT, DROPPED, FAILED = "fallback", "spilled", "sampled_out", "dropped", "failed"
 DISCARDED = "discarded"
 INVALID, CONVERTED, PROGRESS = "invalid", "converted", "progress"
+#: Spans started outside any session under a span that is in one (a thread not handed the session's context).
+IDENTITY_LOST = "identity_lost"
 SPILL_WRITTEN, SPILL_DRAINED, SAMPLING_RELEASED = "spill_written", "spill_drained", "sampling_released"
 RL_INSIGHT_UNCONFIRMED, RL_INSIGHT_ERRORS = "rl_insight_unconfirmed", "rl_insight_errors"
 OTLP_FAILED_BATCHES = "otlp_failed_batches"

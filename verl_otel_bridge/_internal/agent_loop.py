@@ -66,6 +66,9 @@ class SpanSource(Protocol):
     def note_bad_value(self, key: str, message: str, *args: object) -> None:
         """Count a value that had to be converted, and log ``message`` once per ``key``."""
 
+    def note_status(self, status: str) -> None:
+        """Warn (once per value) if ``status`` is not one the protocol names."""
+
 
 class _Handle:
     def __init__(self, span: Span, clean: Clean) -> None:
@@ -78,6 +81,10 @@ class _Handle:
 
 class TaskHandle(_Handle):
     """Yielded by ``task(...)``: the span (``.span``), and a setter for the dashboard's task fields."""
+
+    def __init__(self, span: Span, clean: Clean, note_status: Callable[[str], None]) -> None:
+        super().__init__(span, clean)
+        self._note_status = note_status
 
     def set_result(
         self,
@@ -92,7 +99,8 @@ class TaskHandle(_Handle):
         """Set the fields the dashboard's Task summary shows; None leaves a field unset.
 
         A ``status`` in :data:`~verl_otel_bridge._internal.protocol.FAILED_STATUSES` also sets the
-        span status to ERROR, described by ``error`` (else by the status).
+        span status to ERROR, described by ``error`` (else by the status); one the protocol does
+        not name is kept as given and warned about once per value.
         """
         values = {
             STATUS: status,
@@ -103,8 +111,12 @@ class TaskHandle(_Handle):
             REWARD_POSTED: reward_posted,
         }
         self._set(values)
-        if status is not None and to_text(status).lower() in FAILED_STATUSES:
-            described = _error_text(error) if error is not None else f"task finished with status {to_text(status)!r}"
+        if status is None:
+            return
+        text = to_text(status)
+        self._note_status(text)
+        if text.lower() in FAILED_STATUSES:
+            described = _error_text(error) if error is not None else f"task finished with status {text!r}"
             mark_failed(self.span, described)
 
 
@@ -181,7 +193,7 @@ class _TaskScope:
         self._scope = self._bridge.span(
             TASK_SPAN_NAME, **{**base, **self._attributes, TRACE_SOURCE: TASK_SOURCE, TASK_NAME: task_name}
         )
-        self._handle = TaskHandle(self._scope.__enter__(), self._bridge.clean_attributes)
+        self._handle = TaskHandle(self._scope.__enter__(), self._bridge.clean_attributes, self._bridge.note_status)
         return self._handle
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:

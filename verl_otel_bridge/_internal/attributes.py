@@ -315,6 +315,19 @@ def stamp_new_span(span: Any, *parts: Mapping[str, AttributeValue]) -> None:
     _set_clean(span, parts, locked=False)
 
 
+def has_attribute(span: Any, key: str) -> bool:
+    """Whether ``span`` has an attribute ``key``: for an SDK span one dict lookup (a missing key
+    through its ``attributes`` mapping costs an exception), else through ``span.attributes``."""
+    try:
+        bounded = span._attributes
+        if bounded.__class__ is BoundedAttributes:
+            return key in bounded._dict
+    except AttributeError:  # not the SDK's span, or not this layout
+        pass
+    attributes = getattr(span, "attributes", None)
+    return attributes is not None and key in attributes
+
+
 def _set_clean(span: Any, parts: tuple[Mapping[str, AttributeValue], ...], *, locked: bool) -> None:
     try:
         bounded = span._attributes

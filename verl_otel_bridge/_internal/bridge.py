@@ -25,11 +25,11 @@ from opentelemetry.trace import (
     Tracer,
 )
 
-from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.accounting import IDENTITY_LOST, SpanCounts
 from verl_otel_bridge._internal.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
 from verl_otel_bridge._internal.assembly import Pipeline
 from verl_otel_bridge._internal.attributes import AttributeValue, clean_attributes, to_text
-from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.config import BridgeConfig, did_you_mean
 from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge._internal.identity import IdentityFields, SessionIdentity, current_identity, using_identity
 from verl_otel_bridge._internal.inflight import InflightSessions
@@ -38,7 +38,7 @@ from verl_otel_bridge._internal.pipeline.processors import (
     BridgeSpanProcessors,
     IdentitySpanProcessor,
 )
-from verl_otel_bridge._internal.protocol import SESSION_SPAN_NAME
+from verl_otel_bridge._internal.protocol import KNOWN_STATUSES, SESSION_SPAN_NAME
 from verl_otel_bridge._internal.sampler import default_sampler
 from verl_otel_bridge._internal.session import Session, SessionScope, session_start_attributes
 from verl_otel_bridge._internal.signals import flush_on_sigterm
@@ -77,7 +77,7 @@ class Bridge:
         self._on_convert = self._note_conversion  # bound once: spans convert their attributes with it
         self._pipeline = Pipeline(self.config, self.counts)
         self._processor = self._pipeline.processor
-        self._identity_processor = IdentitySpanProcessor()
+        self._identity_processor = IdentitySpanProcessor(self._note_lost_identity)
         self._inflight = InflightSessions(self.counts, self.config.progress_interval_s, self.config.straggler_factor)
         self._provider: TracerProvider | None = None
         self._start_span: StartSpan = self._start_stamped
@@ -375,6 +375,18 @@ class Bridge:
         self.counts.add("converted")
         self._once.log(key, logging.WARNING, message, *args)
 
+    def note_status(self, status: str) -> None:
+        """Warn once per value when a session's or task's ``status`` is not one the protocol names (it is kept)."""
+        if status.lower() not in KNOWN_STATUSES:
+            self._once.log(
+                f"status:{status}",
+                logging.WARNING,
+                "status %r is not one the span protocol names (%s).%s It is kept as given; this is said once per value",
+                status,
+                ", ".join(KNOWN_STATUSES),
+                did_you_mean(status, KNOWN_STATUSES),
+            )
+
     def _note_conversion(self, kind: str, key: str) -> None:
         self.counts.add("converted")
         self._once.log(
@@ -383,6 +395,17 @@ class Bridge:
             "attribute %r: %s value converted so it is not dropped (see verl_otel_bridge._internal.attributes)",
             key,
             kind,
+        )
+
+    def _note_lost_identity(self, name: str) -> None:
+        self.counts.add(IDENTITY_LOST)
+        self._once.log(
+            "identity-lost",
+            logging.WARNING,
+            "span %r started outside any session, under a span that is in one: the thread it runs in was not "
+            "handed the session's context, so it carries no identity (counted as identity_lost); call "
+            "verl_otel_bridge.propagate_to_threads() once, or hand the work over with contextvars.copy_context().run",
+            name,
         )
 
     def _span_name(self, name: Any) -> str:

@@ -228,8 +228,19 @@ HEADERS = Kind(
 Check = Callable[[Any], str | None]
 
 
+def did_you_mean(word: str, known: tuple[str, ...]) -> str:
+    """`` Did you mean 'x'?`` for the known word closest to ``word`` (case aside), else ``""``: the one hint
+    for unknown keys and for values outside a key's choices."""
+    close = difflib.get_close_matches(word.lower(), known, n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _not_one_of(value: str, choices: tuple[str, ...]) -> str:
+    return f"is not one of: {', '.join(choices)}.{did_you_mean(value, choices)}"
+
+
 def _one_of(choices: tuple[str, ...]) -> Check:
-    return lambda value: None if value in choices else f"is not one of: {', '.join(choices)}."
+    return lambda value: None if value in choices else _not_one_of(value, choices)
 
 
 def _at_least_1(value: int) -> str | None:
@@ -251,7 +262,7 @@ def _exporter_names(value: str | tuple[str, ...]) -> str | None:
     for name in names:
         if name not in EXPORTERS:
             return (
-                f"names {name!r}, which is not one of: {', '.join(EXPORTERS)}. VERL_OTEL_BRIDGE_EXPORTER wins over "
+                f"names {name!r}, which {_not_one_of(name, EXPORTERS)} VERL_OTEL_BRIDGE_EXPORTER wins over "
                 f"OpenTelemetry's OTEL_TRACES_EXPORTER, of whose values the bridge reads {', '.join(OTEL_NAMES)}."
             )
     if len(set(names)) != len(names):
@@ -797,9 +808,7 @@ def _coerce_all(mapping: Mapping[str, Any], source: str) -> dict[str, Any]:
 
 def _unknown_key_message(key: str, where: str) -> str:
     keys = BridgeConfig.keys()
-    close = difflib.get_close_matches(key, keys, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return f"verl_otel_bridge: unknown {where}.{hint} Known keys: {', '.join(keys)}."
+    return f"verl_otel_bridge: unknown {where}.{did_you_mean(key, keys)} Known keys: {', '.join(keys)}."
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:

@@ -68,7 +68,6 @@ NAMES: dict[str, ExporterName] = {
             network=True,
             otel=("otlp", "otlp_proto_http"),
         ),
-        ExporterName("console", "standard output", f"{_PACKAGE}.exporters.console", local=True, otel=("console",)),
         ExporterName(
             "memory",
             "this process's memory (the newest spans)",
@@ -76,6 +75,7 @@ NAMES: dict[str, ExporterName] = {
             local=True,
             inline=True,
         ),
+        ExporterName("console", "standard output", f"{_PACKAGE}.exporters.console", local=True, otel=("console",)),
         ExporterName("jsonl", "JSON Lines files", f"{_PACKAGE}.exporters.jsonl", local=True),
         ExporterName(
             "none",

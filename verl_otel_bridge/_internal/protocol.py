@@ -156,6 +156,9 @@ STEP_METRIC_PREFIX = "metric."
 
 #: ``finish(status=...)`` / ``set_result(status=...)`` values (lower-cased) that end the span with status ERROR.
 FAILED_STATUSES = ("error", "failed", "failure", "cancelled", "canceled", "aborted", "timeout")
+SUCCESS = "success"
+#: Every ``status`` value the protocol names (compared lower-cased); another is kept as given, with a warning.
+KNOWN_STATUSES = (SUCCESS, *FAILED_STATUSES, UNFINISHED)
 
 # -- inputs and outputs (``record_io``) and the native keys the generic vocabulary reads ---
 

@@ -52,6 +52,8 @@ class _Steps(Protocol):
         self, turn: int, /, *, type: str = "generate", **attributes: Any
     ) -> AbstractContextManager[TurnHandle]: ...
 
+    def note_status(self, status: str) -> None: ...
+
 
 class Session:
     """A running session, yielded by ``Bridge.session(...)``.
@@ -97,8 +99,10 @@ class Session:
         :data:`~verl_otel_bridge._internal.protocol.FAILED_STATUSES` (``error``, ``failed``,
         ``cancelled``, ...) also sets the span status to ERROR, described as
         ``session finished with status '<status>'`` unless an exception already
-        set it. The span itself ends when the ``with`` block exits. Calling it
-        twice keeps the first outcome and logs a warning.
+        set it. Another status than the protocol's (``success``, the failed ones,
+        ``unfinished``) is kept as given and warned about once per value. The span
+        itself ends when the ``with`` block exits. Calling it twice keeps the first
+        outcome and logs a warning.
         """
         if self.status is not None:
             logger.warning(
@@ -109,6 +113,7 @@ class Session:
             )
             return
         self.status = to_text(status)
+        self._bridge.note_status(self.status)
         try:
             self.trajectories = tuple(trajectories or ())
         except TypeError:

@@ -131,7 +131,7 @@ def rl_insight_installed() -> bool:
 MEMORY_HINT = "read them: vob.get_bridge().memory_exporter.get_finished_spans()"
 
 #: Counters shown in the summary's last line, when not zero.
-_COUNTERS_SHOWN = ("sampled_out", "discarded", "dropped", "failed", "invalid", "converted")
+_COUNTERS_SHOWN = ("sampled_out", "discarded", "dropped", "failed", "invalid", "converted", "identity_lost")
 
 
 def format_status(status: BridgeStatus) -> str:

@@ -42,7 +42,7 @@ def render_tree(spans: Iterable[ReadableSpan | Mapping[str, Any]], *, max_attrib
 
     Each line shows the name, the duration, the identity (sample, session,
     traj, global_steps, uid) and up to ``max_attributes`` other attributes
-    (``gen_ai.*``, ``monitor.*`` and ``otel.*`` are left out). Spans whose
+    (``gen_ai.*``, ``monitor.*``, ``otel.*`` and empty values are left out). Spans whose
     parent is not among ``spans`` are shown as roots, ordered by start.
     """
     records = [span if isinstance(span, Mapping) else span_to_record(span) for span in spans]
@@ -85,7 +85,7 @@ def _line(record: Mapping[str, Any], attributes: Mapping[str, Any], identity: st
     others = [
         f"{key}={_short(value)}"
         for key, value in attributes.items()
-        if key not in IDENTITY_KEYS and not key.startswith(_HIDDEN_PREFIXES)
+        if key not in IDENTITY_KEYS and not key.startswith(_HIDDEN_PREFIXES) and not _empty(value)
     ]
     extra = " ".join(others[:max_attributes]) + (" ..." if len(others) > max_attributes else "")
     parts = [f"{record['name']} [{duration}]"]
@@ -96,6 +96,11 @@ def _line(record: Mapping[str, Any], attributes: Mapping[str, Any], identity: st
     if extra:
         parts.append(extra)
     return " ".join(parts)
+
+
+def _empty(value: Any) -> bool:
+    """Whether ``value`` says nothing (``""``, None, an empty list), as ``finish()``'s fields not given."""
+    return value is None or (isinstance(value, (str, list, tuple, dict)) and not value)
 
 
 def _short(value: Any, limit: int = 40) -> str:

@@ -34,7 +34,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from verl_otel_bridge._internal.accounting import SpanCounts
 from verl_otel_bridge._internal.config import BridgeConfig
@@ -164,7 +164,10 @@ def build_cli() -> click.Group:
         if empty:
             raise not_captures(empty)
         _report_bad(err(), bad)
-        click.echo(render_tree(records, max_attributes=max_attributes))
+        for line in render_tree(records, max_attributes=max_attributes).splitlines():
+            # Line by line, buffered: one large write cut short by a closed pipe can return without an error.
+            sys.stdout.write(f"{line}\n")
+        sys.stdout.flush()
         traces = len({display(r.get("trace_id")) for r in records})
         err().print(Text(f"{len(records)} spans in {traces} traces; {len(bad)} bad lines"))
 
@@ -251,7 +254,10 @@ def build_cli() -> click.Group:
             ctx.exit(2)
         counts = SpanCounts()
         try:
-            pipeline = replay_pipeline(config, target, counts)
+            # The console exporter writes to the stdout it is built with: one that ends the replay
+            # when its reader goes away (``replay --to console | head``).
+            with contextlib.redirect_stdout(UntilReaderGone(sys.stdout)):
+                pipeline = replay_pipeline(config, target, counts)
         except ValueError as exc:  # e.g. otlp without its extra, an unwritable jsonl fallback
             console.print(Text(str(exc)))
             ctx.exit(2)
@@ -283,6 +289,8 @@ def build_cli() -> click.Group:
                     on_progress=lambda n: progress.advance(task, n),
                 )
             route = pipeline.rl_insight.status() if pipeline.rl_insight is not None else None
+        except ReaderGone:
+            end_quietly(ctx)
         finally:
             if pipeline.chain is not None:
                 pipeline.chain.close()
@@ -309,6 +317,38 @@ def build_cli() -> click.Group:
         ctx.exit(0 if summary.failed == 0 and summary.fallback == 0 else 1)
 
     return cli
+
+
+class ReaderGone(BaseException):
+    """Standard output's reader went away (``| head``). A ``BaseException``, so that it passes the exporters'
+    guards (which count and log every ``Exception``) and ends the command instead of each later batch failing."""
+
+
+class UntilReaderGone:
+    """``stream``, whose ``write`` and ``flush`` raise :class:`ReaderGone` once the reader closed the pipe."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            raise ReaderGone from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise ReaderGone from None
+
+
+def end_quietly(ctx: click.Context) -> NoReturn:
+    """End the command with exit code 1 and no message when standard output's reader went away, as click
+    itself does for the commands that print through it: what is still buffered goes to the null device."""
+    with contextlib.suppress(OSError, ValueError):  # a stream with no file descriptor (a test's)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    ctx.exit(1)
 
 
 def _capture_files(paths: Sequence[Path]) -> list[Path]:

@@ -17,17 +17,17 @@ from verl_otel_bridge._internal.status import Where
 
 
 class Console:
-    """Writes ``render(span)`` for each span to ``out`` (read at each batch: tests swap ``sys.stdout``)."""
+    """Writes ``render(span)`` for each span to ``out`` (default: ``sys.stdout`` as it is when built)."""
 
     def __init__(self, out: TextIO | None = None, render: Callable[[ReadableSpan], str] | None = None) -> None:
-        self._out = out
+        self._out = out if out is not None else sys.stdout
         self._render = render if render is not None else RecordLines().line
         self._lock = threading.Lock()
         self._last_error: str | None = None
 
     def send(self, spans: Sequence[ReadableSpan]) -> Outcome:
         text = "".join(map(self._render, spans))
-        out = self._out if self._out is not None else sys.stdout
+        out = self._out
         try:
             with self._lock:
                 out.write(text)
@@ -45,8 +45,7 @@ class Console:
         pass
 
     def where(self) -> Where:
-        out = self._out if self._out is not None else sys.stdout
-        return {"endpoint": None, "path": str(getattr(out, "name", "<stream>")), "last_error": self._last_error}
+        return {"endpoint": None, "path": str(getattr(self._out, "name", "<stream>")), "last_error": self._last_error}
 
 
 def build(config: BridgeConfig, counts: SpanCounts) -> Console:

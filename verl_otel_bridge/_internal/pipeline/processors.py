@@ -5,20 +5,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import Span as OtelSpan
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Tracer, get_current_span
 
 from verl_otel_bridge._internal.accounting import DROPPED, SpanCounts
-from verl_otel_bridge._internal.attributes import AttributeValue, set_clean_attributes, stamp_new_span
+from verl_otel_bridge._internal.attributes import AttributeValue, has_attribute, set_clean_attributes, stamp_new_span
 from verl_otel_bridge._internal.identity import SessionIdentity, current_identity
 from verl_otel_bridge._internal.pipeline.chain import ExportChain, seconds_left
 from verl_otel_bridge._internal.pipeline.queue import ExportQueue, span_size
 from verl_otel_bridge._internal.pipeline.sampling import SessionSampler
+from verl_otel_bridge._internal.protocol import STATE_LANE_ID
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,16 @@ def stamped(span: Span, identity: SessionIdentity) -> bool:
     """Whether ``span`` was created with ``identity``'s attributes."""
     attributes = span.attributes
     return attributes is not None and attributes.get("state_lane_id") is identity.state_lane_id
+
+
+def _check_parent(span: Span, parent_context: Context | None, lost: Callable[[str], None]) -> None:
+    """Call ``lost`` if ``span``, started outside any session, has a parent span that is in one.
+
+    The context that carried the parent there (a thread handed OpenTelemetry's context
+    only) left the session identity behind.
+    """
+    if not has_attribute(span, STATE_LANE_ID) and has_attribute(get_current_span(parent_context), STATE_LANE_ID):
+        lost(span.name)  # (a span given its identity explicitly, as progress records are, is not lost)
 
 
 _NO_ATTRIBUTES: Mapping[str, AttributeValue] = MappingProxyType({})
@@ -53,9 +64,10 @@ class IdentitySpanProcessor(SpanProcessor):
     provider the application keeps using).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_lost_identity: Callable[[str], None] | None = None) -> None:
         self._active = True
         self._handed = _Handed()
+        self._on_lost_identity = on_lost_identity
 
     def start_span(
         self, tracer: Tracer, name: str, attributes: Mapping[str, AttributeValue] | None, start_time: int | None = None
@@ -88,6 +100,9 @@ class IdentitySpanProcessor(SpanProcessor):
                 stamp_new_span(span, own)
         elif identity is not None and not stamped(span, identity):
             set_clean_attributes(span, identity.attributes)
+        lost = self._on_lost_identity
+        if identity is None and span.parent is not None and lost is not None and self._active:
+            _check_parent(span, parent_context, lost)
 
     def on_end(self, span: ReadableSpan) -> None:
         pass
