@@ -172,7 +172,11 @@ class _Handler(BaseHTTPRequestHandler):
         received_ns = time.perf_counter_ns()
         headers = {name.lower(): value for name, value in self.headers.items()}
         status, reply_headers = self.server.receiver._answer(self.path, headers, body, received_ns)
-        answer = b"" if status == 200 else b"backend says no"  # an empty ExportTraceServiceResponse is b""
+        reply = self.server.receiver.reply
+        if reply is not None:
+            answer = reply(headers, body)
+        else:
+            answer = b"" if status == 200 else b"backend says no"  # an empty ExportTraceServiceResponse is b""
         self.send_response(status)
         for name, value in reply_headers.items():
             self.send_header(name, value)
@@ -219,7 +223,8 @@ class OtlpReceiver:
     event is set (bounded by :data:`WAIT_S`). Only requests answered 200 count as
     received spans. With ``close_after_reply`` the connection is dropped after each
     answer without saying so (no ``Connection: close``), like a server whose idle
-    timeout fired; ``tls`` serves HTTPS with that context.
+    timeout fired; ``tls`` serves HTTPS with that context; ``reply(headers, body)``,
+    when given, makes each answer's body (else empty for 200, ``backend says no`` otherwise).
 
     It serves from construction until :meth:`stop`, which also cuts established
     connections, as a backend going down does (start another on the same ``port``
@@ -236,8 +241,10 @@ class OtlpReceiver:
         stall: threading.Event | None = None,
         close_after_reply: bool = False,
         tls: ssl.SSLContext | None = None,
+        reply: Callable[[dict[str, str], bytes], bytes] | None = None,
     ) -> None:
         self.status = status
+        self.reply = reply
         self.answers: list[Answer] = list(answers)
         self.delay_s = delay_s
         self.stall = stall

@@ -353,6 +353,7 @@ def ray_loopback(extra_env: Mapping[str, str] | None = None, *, num_cpus: int = 
     try:
         started = time.monotonic()
         ray.init(
+            address="local",  # a cluster of its own, even when another one runs on this machine
             num_cpus=num_cpus,
             include_dashboard=False,
             _node_ip_address=LOOPBACK,
