@@ -354,12 +354,3 @@ def test_a_config_error_carries_its_key(call: Any, key: str | None) -> None:
     with pytest.raises(vob.ConfigError) as raised:
         call()
     assert raised.value.key == key
-
-
-def test_from_verl_is_a_deprecated_alias_of_the_verl_reader() -> None:
-    from verl_otel_bridge.verl import bridge_config
-
-    verl_config = {"trainer": {"project_name": "p", "logger": ["console"]}}
-    with pytest.warns(DeprecationWarning, match="bridge_config"):
-        old = BridgeConfig.from_verl(verl_config, environ={})
-    assert old == bridge_config(verl_config, environ={}) and (old.project, old.rl_insight_enable) == ("p", False)

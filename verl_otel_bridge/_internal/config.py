@@ -27,7 +27,6 @@ import math
 import os
 import re
 import tempfile
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
@@ -611,20 +610,6 @@ class BridgeConfig:
             raise ConfigError(f"{exc} (set by {sources[exc.key]})", exc.key) from None
         object.__setattr__(resolved, "_sources", sources)
         return resolved
-
-    @classmethod
-    def from_verl(
-        cls, verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None, **overrides: Any
-    ) -> BridgeConfig:
-        """Deprecated alias of :func:`verl_otel_bridge.verl.bridge_config` (kept for one release)."""
-        warnings.warn(
-            "BridgeConfig.from_verl is deprecated: use verl_otel_bridge.verl.bridge_config",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from verl_otel_bridge._internal.verl.config import bridge_config
-
-        return bridge_config(verl_config, environ=environ, **overrides)
 
     def error(self, key: str, message: str) -> ConfigError:
         """A :class:`ConfigError` about ``key`` found after resolving (e.g. a file that cannot be loaded):
