@@ -32,7 +32,7 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from verl_otel_bridge._internal.accounting import SpanCounts
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.private_files import open_private_output
 from verl_otel_bridge._internal.records import capture_files, read_records
+from verl_otel_bridge._internal.stragglers import DEFAULT_MIN_S
 from verl_otel_bridge._version import __version__, install_command
 from verl_otel_bridge.cli.doctor import SERVER_TIMEOUT_S, diagnose
 from verl_otel_bridge.cli.replay import replay_pipeline, replay_records, start_ray_for
@@ -140,6 +141,24 @@ def build_cli() -> click.Group:
             f"not a capture (no span record in it; a capture is the JSON Lines file of exporter: jsonl): {listed}"
         )
 
+    def straggler_options(command: Callable[..., None]) -> Callable[..., None]:
+        """``--straggler-factor`` and ``--straggler-min-s``: the straggler rule of ``report`` and ``watch``."""
+        factor = click.option(
+            "--straggler-factor",
+            default=BridgeConfig.straggler_factor,
+            show_default=True,
+            type=click.FloatRange(min=0, min_open=True),
+            help="A finished session slower than this many times its step's median is a straggler ...",
+        )
+        floor = click.option(
+            "--straggler-min-s",
+            default=DEFAULT_MIN_S,
+            show_default=True,
+            type=click.FloatRange(min=0),
+            help="... when it is also longer than this many seconds.",
+        )
+        return factor(floor(command))
+
     @cli.command(short_help="Print the span tree of JSONL captures.")
     @click.argument("captures", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
     @click.option(
@@ -175,15 +194,14 @@ def build_cli() -> click.Group:
     )
     @click.option("--step", type=int, default=None, help="Only this global_steps value.")
     @click.option("--top", default=5, show_default=True, type=click.IntRange(min=1), help="Slowest sessions per step.")
-    @click.option(
-        "--straggler-factor",
-        default=BridgeConfig.straggler_factor,
-        show_default=True,
-        type=click.FloatRange(min=0, min_open=True),
-        help="A session slower than this many times its step's median is a straggler.",
-    )
+    @straggler_options
     def report(
-        captures: tuple[Path, ...], html_out: Path | None, step: int | None, top: int, straggler_factor: float
+        captures: tuple[Path, ...],
+        html_out: Path | None,
+        step: int | None,
+        top: int,
+        straggler_factor: float,
+        straggler_min_s: float,
     ) -> None:
         """Per global_steps: sessions, duration p50/p90/max, the slowest sessions, unfinished and hung sessions,
         errors, groups of one uid whose rewards are all equal, and reward against duration and turns.
@@ -198,7 +216,13 @@ def build_cli() -> click.Group:
             problem = _unwritable(html_out)
             if problem is not None:
                 raise click.BadParameter(f"{html_out}: {problem}", param_hint="--html")
-        built = build_report(_capture_files(captures), step=step, top=top, straggler_factor=straggler_factor)
+        built = build_report(
+            _capture_files(captures),
+            step=step,
+            top=top,
+            straggler_factor=straggler_factor,
+            straggler_min_s=straggler_min_s,
+        )
         if built.not_captures:
             raise not_captures(built.not_captures)
         if step is not None and not built.steps:

@@ -20,12 +20,16 @@ from verl_otel_bridge._internal.report.rows import (
     ERROR_COLUMNS,
     LISTED,
     OPEN_COLUMNS,
+    SESSION_COLUMNS_NOTE,
     SLOWEST_COLUMNS,
     number,
+    rule_text,
     seconds,
     session_row,
     step_rows,
+    straggler_text,
 )
+from verl_otel_bridge._internal.stragglers import StragglerRule
 from verl_otel_bridge._version import __version__
 
 #: Bar colours by turn type (other types and plain spans get the last).
@@ -33,7 +37,7 @@ COLOURS = {"generate": "#4C78A8", "tool": "#F58518", "span": "#9D9D9D"}
 _OTHER_COLOUR = "#54A24B"
 #: How the waterfall and the scatter mark a session, the strongest first: name -> (colour, what it means).
 MARKS = {
-    "straggler": ("#d62728", "slower than the straggler factor times its step's median"),
+    "straggler": ("#d62728", "a straggler: {rule}"),
     "error": ("#7b3294", "an error span, or a failed status"),
     "hung": ("#e6a700", "progress records but no session span: open when the capture ends"),
     "unfinished": ("#8c564b", "still open at shutdown, ended by the bridge"),
@@ -87,6 +91,7 @@ def render_html(report: Report) -> str:
         f"{report.bad_lines} bad lines. verl-otel-bridge {e(__version__)}.</p>",
         "<h2>Steps</h2>",
         _table(step_rows(report), "steps"),
+        f'<p class="note">{e(rule_text(report.rule))}.</p>',
         '<p><label>Show <select id="step-filter"><option value="all">all steps</option>',
         f"{options}</select></label></p>",
     ]
@@ -106,11 +111,8 @@ def _step(step: StepReport) -> str:
     if step.trainer is not None:
         out.append(_trainer(step.trainer))
     for s in step.stragglers:
-        ratio = s.duration_s / step.p50_s if step.p50_s else float("inf")
         out.append(
-            f'<p class="warn straggler" data-lane="{e(s.state_lane_id)}">Straggler: uid <b>{e(s.uid)}</b> sample '
-            f"{e(s.sample)} session {e(s.session)}: {s.duration_s:.3f} s, {ratio:.0f} x the median "
-            f"(generate {s.generate_s:.3f} s, tool {s.tool_s:.3f} s).</p>"
+            f'<p class="warn straggler" data-lane="{e(s.state_lane_id)}">Straggler: {e(straggler_text(step, s))}.</p>'
         )
     for group in step.zero_advantage[:LISTED]:
         out.append(
@@ -120,7 +122,11 @@ def _step(step: StepReport) -> str:
     if len(step.zero_advantage) > LISTED:
         out.append(f'<p class="warn">... and {len(step.zero_advantage) - LISTED} more zero-advantage groups.</p>')
     if step.slowest:
-        out += ["<h3>Slowest sessions</h3>", _sessions(step.slowest, SLOWEST_COLUMNS, "slowest")]
+        out += [
+            "<h3>Slowest sessions</h3>",
+            _sessions(step.slowest, SLOWEST_COLUMNS, "slowest"),
+            f'<p class="note">{e(SESSION_COLUMNS_NOTE)}.</p>',
+        ]
     if step.unfinished:
         out += ["<h3>Unfinished at shutdown</h3>", _sessions(step.unfinished, OPEN_COLUMNS, "unfinished")]
     if step.hung:
@@ -136,7 +142,7 @@ def _step(step: StepReport) -> str:
         stragglers = {s.state_lane_id for s in step.stragglers}
         out += [
             "<h3>Waterfall: turns and tools on a time axis from each session's start</h3>",
-            _waterfall(shown, stragglers),
+            _waterfall(shown, stragglers, step.rule),
         ]
     if step.points:
         out += [
@@ -182,12 +188,13 @@ def _legend(items: Iterable[str]) -> str:
     return f'<div class="legend">{"".join(items)}</div>'
 
 
-def _mark_legend(names: Iterable[str], css: str = "mark") -> list[str]:
+def _mark_legend(names: Iterable[str], rule: StragglerRule, css: str = "mark") -> list[str]:
     e = html.escape
+    meanings = {n: MARKS[n][1].format(rule=rule.describe()) for n in names}
     return [
-        f'<span class="{css}" style="border-color:{MARKS[n][0]}" title="{e(MARKS[n][1])}"></span>{e(n)} '
-        f'<small class="note">({e(MARKS[n][1])})</small>'
-        for n in names
+        f'<span class="{css}" style="border-color:{MARKS[n][0]}" title="{e(meaning)}"></span>{e(n)} '
+        f'<small class="note">({e(meaning)})</small>'
+        for n, meaning in meanings.items()
     ]
 
 
@@ -204,7 +211,7 @@ def _time_axis(css: str, ticks: list[float], label_w: int, plot_w: int, top: int
     return out
 
 
-def _waterfall(sessions: Sequence[SessionSummary], stragglers: set[str]) -> str:
+def _waterfall(sessions: Sequence[SessionSummary], stragglers: set[str], rule: StragglerRule) -> str:
     e = html.escape
     label_w, plot_w, row_h, top = 300, 640, 22, 24
     ticks = nice_ticks(0.0, max((s.duration_s for s in sessions), default=0.0) or 1e-3)
@@ -244,7 +251,7 @@ def _waterfall(sessions: Sequence[SessionSummary], stragglers: set[str]) -> str:
     out.append("</svg>")
     legend = [f'<span style="background:{c}"></span>{e(k)}' for k, c in COLOURS.items()]
     legend.append(f'<span style="background:{_OTHER_COLOUR}"></span>other')
-    legend += _mark_legend(name for name in MARKS if name in seen)
+    legend += _mark_legend((name for name in MARKS if name in seen), rule)
     return "\n".join(out) + _legend(legend)
 
 
@@ -294,9 +301,9 @@ def _scatter(step: StepReport) -> str:
     out.append("</svg>")
     legend = [f'<span style="background:{_POINT_COLOUR}"></span>finished session']
     if "straggler" in seen:
-        legend += _mark_legend(["straggler"])
+        legend += _mark_legend(["straggler"], step.rule)
     if "error" in seen:
-        legend += _mark_legend(["error"], "ring")
+        legend += _mark_legend(["error"], step.rule, "ring")
     legend.append('<small class="note">(hung and unfinished sessions have no reward: see the waterfall)</small>')
     return "\n".join(out) + _legend(legend)
 

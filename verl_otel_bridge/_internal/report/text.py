@@ -11,12 +11,15 @@ from verl_otel_bridge._internal.report.rows import (
     ERROR_COLUMNS,
     LISTED,
     OPEN_COLUMNS,
+    SESSION_COLUMNS_NOTE,
     SLOWEST_COLUMNS,
     STEP_COLUMNS,
     number,
+    rule_text,
     seconds,
     session_row,
     step_rows,
+    straggler_text,
 )
 from verl_otel_bridge._internal.tree import printable
 
@@ -40,6 +43,9 @@ def renderables(report: Report) -> list[RenderableType]:
         f"{report.outside_sessions} spans outside sessions; {report.bad_lines} bad lines"
     )
     out.append(_text(read))
+    out.append(_text(rule_text(report.rule)))
+    if any(step.slowest for step in report.steps):
+        out.append(_text(SESSION_COLUMNS_NOTE))
     for path, line, problem in report.bad_examples[:5]:
         out.append(_text(f"{path}:{line}: {problem}"))
     return out
@@ -59,14 +65,7 @@ def _step(step: StepReport) -> list[RenderableType]:
     if step.slowest:
         parts.append(_sessions(f"slowest sessions of step {step.step}", step.slowest, SLOWEST_COLUMNS))
     for s in step.stragglers:
-        ratio = s.duration_s / step.p50_s if step.p50_s else float("inf")
-        parts.append(
-            _text(
-                f"straggler: uid {s.uid!r} sample {s.sample} session {s.session}: {s.duration_s:.3f} s, "
-                f"{ratio:.0f} x the median (generate {s.generate_s:.3f} s, tool {s.tool_s:.3f} s)",
-                style="yellow",
-            )
-        )
+        parts.append(_text(f"straggler: {straggler_text(step, s)}", style="yellow"))
     if step.unfinished:
         parts.append(_sessions("unfinished at shutdown", step.unfinished, OPEN_COLUMNS))
     if step.hung:
