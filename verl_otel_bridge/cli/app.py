@@ -1,4 +1,4 @@
-"""The ``verl-otel-bridge`` command: ``doctor``, ``demo``, ``show`` and ``replay``.
+"""The ``verl-otel-bridge`` command: ``doctor``, ``demo``, ``show``, ``report``, ``watch`` and ``replay``.
 
 ``doctor``
     Installed versions, the resolved configuration and where each value came
@@ -15,6 +15,8 @@
 ``report CAPTURE... [--html OUT] [--step N]``
     Per step (files or directories, as ``show``): the slowest sessions, unfinished and hung ones, errors, zero-advantage
     groups, reward against duration and turns (:mod:`verl_otel_bridge._internal.report`).
+``watch CAPTURE... [--once]``
+    The newest step of captures while they are written, refreshed in place (:mod:`verl_otel_bridge._internal.watch`).
 
 The command line needs the ``cli`` extra (``click`` and ``rich``). They are
 imported only inside :func:`main` and :func:`build_cli`, so the functions that
@@ -41,6 +43,7 @@ from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.private_files import open_private_output
 from verl_otel_bridge._internal.records import capture_files, read_records
 from verl_otel_bridge._internal.stragglers import DEFAULT_MIN_S
+from verl_otel_bridge._internal.watch.live import DEFAULT_IDLE_AFTER_S
 from verl_otel_bridge._version import __version__, install_command
 from verl_otel_bridge.cli.doctor import SERVER_TIMEOUT_S, diagnose
 from verl_otel_bridge.cli.replay import replay_pipeline, replay_records, start_ray_for
@@ -240,6 +243,63 @@ def build_cli() -> click.Group:
             except OSError as exc:
                 raise click.ClickException(f"--html {html_out}: cannot write it ({exc.strerror or exc})") from None
             err().print(Text(f"wrote {html_out}"))
+
+    @cli.command(short_help="Watch captures as they are written: the newest step, hung sessions, errors.")
+    @click.argument("captures", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+    @click.option("--once", is_flag=True, help="Print one snapshot of what the captures hold now, and exit.")
+    @click.option(
+        "--interval",
+        default=1.0,
+        show_default=True,
+        type=click.FloatRange(min=0.05, max=3600),
+        help="Seconds between refreshes.",
+    )
+    @click.option(
+        "--hung-after",
+        default=DEFAULT_IDLE_AFTER_S,
+        show_default=True,
+        type=click.FloatRange(min=0),
+        help="An open session whose last span started longer ago than this many seconds looks hung.",
+    )
+    @click.option("--top", default=5, show_default=True, type=click.IntRange(min=1), help="Slowest sessions kept.")
+    @straggler_options
+    @click.pass_context
+    def watch(
+        ctx: click.Context,
+        captures: tuple[Path, ...],
+        once: bool,
+        interval: float,
+        hung_after: float,
+        top: int,
+        straggler_factor: float,
+        straggler_min_s: float,
+    ) -> None:
+        """Follow JSON Lines captures while a run writes them (plain or .gz; files or directories, whose capture
+        files at any depth are followed, new ones too) and show, about once per interval, the newest step:
+        sessions finished and open, rates, durations, reward, zero-advantage groups, hung sessions, the slowest
+        and stragglers, errors by type and tool, the trainer's phases and the previous step in one line.
+
+        Without a terminal it prints one plain line per interval. Ctrl-C or SIGTERM ends it (exit code 0).
+        """
+        from verl_otel_bridge._internal.stragglers import StragglerRule
+        from verl_otel_bridge._internal.watch import loop, screen
+        from verl_otel_bridge._internal.watch.follow import Follower
+        from verl_otel_bridge._internal.watch.live import LiveView
+
+        follower = Follower(list(captures))
+        view = LiveView(rule=StragglerRule(straggler_factor, straggler_min_s), idle_after_s=hung_after, top=top)
+        title = " ".join(str(c) for c in captures)
+        console = out()
+        if once:
+            loop.catch_up(follower, view)
+            snapshot = loop.snapshot_now(view)
+            if not view.builder.spans and not view.builder.outside:
+                raise not_captures([str(c) for c in captures])
+            for part in screen.renderables(snapshot, title):
+                console.print(part)
+            return
+        loop.run(console, follower, view, title=title, interval_s=interval)
+        ctx.exit(0)
 
     @cli.command(short_help="Re-export a JSONL capture to RL-Insight, OTLP or the console.")
     @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))

@@ -339,11 +339,18 @@ class ReportBuilder:
 
     ``step`` keeps one ``global_steps`` value only; ``top`` is how many slowest
     sessions each step lists; ``max_listed`` bounds the unfinished, hung and
-    errored sessions listed per step (all are counted); ``rule`` says who is a straggler.
+    errored sessions listed per step (all are counted); ``rule`` says who is a straggler;
+    ``phase_traces`` bounds the trainer traces kept (None: all, see :class:`.phases.PhaseCollector`).
     """
 
     def __init__(
-        self, *, step: Any = None, top: int = 5, max_listed: int = 10, rule: StragglerRule | None = None
+        self,
+        *,
+        step: Any = None,
+        top: int = 5,
+        max_listed: int = 10,
+        rule: StragglerRule | None = None,
+        phase_traces: int | None = None,
     ) -> None:
         self.step_filter = step
         self.top = max(1, top)
@@ -354,7 +361,7 @@ class ReportBuilder:
         self.spans = self.outside = self.bad = self.forgotten_spans = 0
         self.bad_examples: list[tuple[str, int, str]] = []
         self.steps_seen: set[Any] = set()
-        self.phases = PhaseCollector()
+        self.phases = PhaseCollector(phase_traces)
         self._floor: tuple[int, float, str] | None = None
 
     # -- feeding -------------------------------------------------------------------------

@@ -22,12 +22,13 @@ from verl_otel_bridge._internal.report.rows import (
     OPEN_COLUMNS,
     SESSION_COLUMNS_NOTE,
     SLOWEST_COLUMNS,
-    number,
+    reward_text,
     rule_text,
     seconds,
     session_row,
     step_rows,
     straggler_text,
+    zero_advantage_text,
 )
 from verl_otel_bridge._internal.stragglers import StragglerRule
 from verl_otel_bridge._version import __version__
@@ -115,10 +116,7 @@ def _step(step: StepReport) -> str:
             f'<p class="warn straggler" data-lane="{e(s.state_lane_id)}">Straggler: {e(straggler_text(step, s))}.</p>'
         )
     for group in step.zero_advantage[:LISTED]:
-        out.append(
-            f'<p class="warn">Zero advantage: uid <b>{e(group.uid)}</b>: all {group.sessions} sessions got '
-            f"reward {group.reward:g}.</p>"
-        )
+        out.append(f'<p class="warn">Zero advantage: {e(zero_advantage_text(group))}.</p>')
     if len(step.zero_advantage) > LISTED:
         out.append(f'<p class="warn">... and {len(step.zero_advantage) - LISTED} more zero-advantage groups.</p>')
     if step.slowest:
@@ -146,9 +144,7 @@ def _step(step: StepReport) -> str:
         ]
     if step.points:
         out += [
-            f"<h3>Reward vs duration</h3><p>mean reward {number(step.reward_mean)} over {step.rewarded} sessions; "
-            f"r(reward, duration) = {number(step.reward_vs_duration, 2)}, "
-            f"r(reward, turns) = {number(step.reward_vs_turns, 2)}</p>",
+            f"<h3>Reward vs duration</h3><p>{e(reward_text(step))}</p>",
             _scatter(step),
         ]
     out.append("</section>")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verl_otel_bridge._internal.report.aggregate import Report, SessionSummary, StepReport
+from verl_otel_bridge._internal.report.aggregate import Report, SessionSummary, StepReport, ZeroAdvantageGroup
 from verl_otel_bridge._internal.stragglers import StragglerRule
 
 
@@ -58,6 +58,28 @@ def step_rows(report: Report) -> list[dict[str, str]]:
         }
         for s in report.steps
     ]
+
+
+def step_headline(step: StepReport) -> str:
+    """A step's sessions and durations in one line (the text report's heading, ``watch``'s summary)."""
+    return (
+        f"step {step.step}: {step.sessions} sessions, {step.finished} finished; duration p50 "
+        f"{seconds(step.p50_s)}, p90 {seconds(step.p90_s)}, max {seconds(step.max_s)}"
+    )
+
+
+def reward_text(step: StepReport) -> str:
+    """A step's rewards: the mean and how they go with duration and turns."""
+    return (
+        f"reward: mean {number(step.reward_mean)} over {step.rewarded} sessions; "
+        f"r(reward, duration) = {number(step.reward_vs_duration, 2)}, "
+        f"r(reward, turns) = {number(step.reward_vs_turns, 2)}"
+    )
+
+
+def zero_advantage_text(group: ZeroAdvantageGroup) -> str:
+    """One zero-advantage group in words."""
+    return f"uid {group.uid!r}: all {group.sessions} sessions got reward {group.reward:g}"
 
 
 def straggler_text(step: StepReport, s: SessionSummary) -> str:
