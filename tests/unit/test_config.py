@@ -134,6 +134,7 @@ PREFIXED_ENV = {
     "handle_sigterm": ("off", False),
     "progress_interval_s": ("0", 0.0),
     "straggler_factor": ("2.5", 2.5),
+    "console_format": ("json", "json"),
 }
 
 
@@ -223,6 +224,7 @@ def test_otel_sdk_disabled_disables_the_bridge(monkeypatch: pytest.MonkeyPatch) 
             lambda: resolve(environ={"VERL_OTEL_BRIDGE_STRAGGLER_FACTOR": "nan"}),
             ["straggler_factor", "STRAGGLER_FACTOR"],
         ),
+        (lambda: resolve(console_format="pretty"), ["console_format", "pretty", "text", "json"]),
         (lambda: resolve(["exporter"]), ["mapping", "list"]),
     ],
 )

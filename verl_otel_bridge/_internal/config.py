@@ -415,6 +415,13 @@ class BridgeConfig:
         ),
     )
 
+    console_format: str = _setting(
+        "text",
+        STR,
+        "How the console exporter prints spans: text (readable lines, a session's spans together) or json (records).",
+        check=_one_of(("text", "json")),
+    )
+
     def __post_init__(self) -> None:
         _validate(self)
 

@@ -102,7 +102,10 @@ def replay_pipeline(config: BridgeConfig, target: str, counts: SpanCounts) -> Pi
     Raises:
         ValueError: ``target`` cannot be built (e.g. ``otlp`` without its extra, an unwritable jsonl fallback).
     """
-    return build_pipeline(dataclasses.replace(config, exporter=target, spill_max_bytes=0), counts)
+    # --to console writes the records as they were read (JSON), whatever console_format says.
+    return build_pipeline(
+        dataclasses.replace(config, exporter=target, spill_max_bytes=0, console_format="json"), counts
+    )
 
 
 def start_ray_for(config: BridgeConfig, say: Callable[[str], None]) -> Any:

@@ -107,8 +107,14 @@ KINDS: dict[str, ExporterKind] = {
         ExporterKind("jsonl", lambda config: JsonlSpanExporter(config.jsonl_path), _check_jsonl),
         ExporterKind(
             "console",
-            lambda config: console_exporter(),
-            _said(lambda config: "one JSON line per span on standard output"),
+            lambda config: console_exporter(format=config.console_format),
+            _said(
+                lambda config: (
+                    "one JSON line per span on standard output"
+                    if config.console_format == "json"
+                    else "readable lines on standard output, a session's spans together when it ends"
+                )
+            ),
         ),
         ExporterKind(
             "otlp",

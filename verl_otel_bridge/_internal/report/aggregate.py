@@ -34,7 +34,6 @@ from verl_otel_bridge._internal.protocol import (
     FAILED_STATUSES,
     GENERATE_TURN,
     GLOBAL_STEPS,
-    NUM_TURNS,
     PROGRESS_ELAPSED_S,
     PROGRESS_IDLE_S,
     PROGRESS_LAST_SPAN,
@@ -43,7 +42,6 @@ from verl_otel_bridge._internal.protocol import (
     PROGRESS_TURNS,
     PROMPT_TOKENS,
     REWARD,
-    REWARD_SCORE,
     RUNNER_NAME,
     SAMPLE,
     SERVER_ADDRESS,
@@ -53,17 +51,18 @@ from verl_otel_bridge._internal.protocol import (
     STATUS,
     TASK_SPAN_NAME,
     TOOLS,
-    TRAJECTORIES,
     TURN,
     TURN_SPAN_NAME,
     TURN_TYPE,
     UID,
     UNFINISHED,
 )
-from verl_otel_bridge._internal.records import iter_lines, parse_json
+from verl_otel_bridge._internal.records import iter_lines
 from verl_otel_bridge._internal.report.phases import PhaseCollector, StepPhases, by_step
 from verl_otel_bridge._internal.report.values import finite_number, step_key, time_ns
 from verl_otel_bridge._internal.stragglers import DEFAULT_MIN_S, StragglerRule
+from verl_otel_bridge._internal.trajectories import reward as trajectory_reward
+from verl_otel_bridge._internal.trajectories import trajectories, verl_turns
 from verl_otel_bridge._internal.tree import display
 
 #: Span segments kept per session for the waterfall; later ones are counted, not kept.
@@ -460,13 +459,9 @@ class ReportBuilder:
         session.start_ns, session.end_ns = start, end
         session.status = sys.intern(display(attributes.get(STATUS, "")))
         session.agent = sys.intern(display(attributes.get(AGENT_NAME) or attributes.get(RUNNER_NAME) or ""))
-        trajectories = _trajectories(attributes.get(TRAJECTORIES))
-        session.traj_reward = _trajectory_reward(trajectories)
-        num_turns = attributes.get(NUM_TURNS)
-        if isinstance(num_turns, int) and not isinstance(num_turns, bool) and num_turns >= 0:
-            session.num_turns = num_turns
-        else:
-            session.num_turns = _trajectory_turns(trajectories)
+        found = trajectories(attributes)
+        session.traj_reward = trajectory_reward(found)
+        session.num_turns = verl_turns(attributes, found)
         if session.status == UNFINISHED:
             return  # listed on its own, segments kept
         heap = state.slowest
@@ -736,31 +731,6 @@ def _percentile(ordered: Sequence[float], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def _trajectories(value: Any) -> list[dict[str, Any]]:
-    """The objects of a session's ``monitor.trajectories`` JSON list (none when it is something else)."""
-    if not isinstance(value, str):
-        return []
-    try:
-        trajectories = parse_json(value)
-    except ValueError:
-        return []
-    return [t for t in trajectories if isinstance(t, dict)] if isinstance(trajectories, list) else []
-
-
-def _trajectory_reward(trajectories: list[dict[str, Any]]) -> float | None:
-    """The mean ``reward_score`` of a session's trajectories, if any."""
-    scores = [score for t in trajectories if (score := finite_number(t.get(REWARD_SCORE))) is not None]
-    return sum(scores) / len(scores) if scores else None
-
-
-def _trajectory_turns(trajectories: list[dict[str, Any]]) -> int | None:
-    """The sum of a session's trajectories' ``num_turns``, when every one has it."""
-    turns = [t.get(NUM_TURNS) for t in trajectories]
-    if not turns or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in turns):
-        return None
-    return sum(n for n in turns if isinstance(n, int))
 
 
 def _same_step(value: Any, wanted: Any) -> bool:
