@@ -271,17 +271,20 @@ class ReadResult:
 def iter_lines(stream: IO[bytes]) -> Iterator[tuple[int, int, dict[str, Any] | None, str | None]]:
     """``(line number, bytes read, record or None, error or None)`` for each non-blank line."""
     for number, raw in enumerate(stream, start=1):
-        size = len(raw)
-        text = raw.strip()
-        if not text:
+        if raw.isspace():
             continue
-        try:
-            record = parse_json(text.decode("utf-8"))
-        except ValueError as exc:
-            yield number, size, None, f"not JSON ({exc})"
-            continue
-        problem = _record_problem(record)
-        yield number, size, (None if problem else record), problem
+        record, problem = parse_line(raw)
+        yield number, len(raw), record, problem
+
+
+def parse_line(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """One line of a capture (not blank): ``(record, None)``, or ``(None, why it is not a span record)``."""
+    try:
+        record = parse_json(raw.decode("utf-8"))  # JSON allows the whitespace around it, the newline too
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    problem = _record_problem(record)
+    return (None if problem else record), problem
 
 
 def _record_problem(record: Any) -> str | None:

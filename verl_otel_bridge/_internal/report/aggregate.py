@@ -76,6 +76,7 @@ MAX_ERROR_GROUPS = 50
 #: Distinct agent loops counted per step (later ones are counted under "other").
 MAX_AGENTS = 20
 _NS = 1e9
+_MAX_NS = 1 << 63
 #: A session slower than this many times its step's median is called a straggler
 #: (the bridge's own watchdog default, ``straggler_factor``), when it is also longer than
 #: :data:`~verl_otel_bridge._internal.stragglers.DEFAULT_MIN_S` (see :mod:`~verl_otel_bridge._internal.stragglers`).
@@ -379,7 +380,9 @@ class ReportBuilder:
         if not isinstance(lane, str):
             self.outside += 1
             return
-        step = step_key(attributes.get(GLOBAL_STEPS, ""))
+        step = attributes.get(GLOBAL_STEPS, "")
+        if type(step) is not int:  # the usual value needs no conversion
+            step = step_key(step)
         if self._floor is not None and step_order(step) < self._floor:
             self.forgotten_spans += 1
             return
@@ -393,8 +396,11 @@ class ReportBuilder:
         session = state.sessions.get(lane)
         if session is None:
             session = state.sessions[lane] = _Session(attributes)
-        start = time_ns(record.get("start_time_ns"))
-        end = max(start, time_ns(record.get("end_time_ns")))  # a span that ends before it starts took no time
+        start, end = record.get("start_time_ns"), record.get("end_time_ns")
+        if type(start) is not int or not 0 <= start < _MAX_NS:  # time_ns, inlined: this runs for every span
+            start = 0
+        if type(end) is not int or not start <= end < _MAX_NS:  # a span that ends before it starts took no time
+            end = start
         if not session.first_ns or start < session.first_ns:
             session.first_ns = start
         if end > session.last_ns:

@@ -28,6 +28,8 @@ from verl_otel_bridge._internal.report.values import step_key, time_ns
 
 #: Sessions kept per trace for the timeline; later ones are counted, not kept.
 MAX_TIMELINE_SESSIONS = 500
+#: The span names this module keeps (besides phases, known by their ``training.phase`` attribute).
+_KEPT_NAMES = frozenset({SESSION_SPAN_NAME, STEP_METRICS_SPAN_NAME, TRAINING_STEP_SPAN_NAME})
 #: Deepest phase nesting followed (verl nests two levels: ``step`` > ``gen``).
 _MAX_DEPTH = 16
 _NS = 1e9
@@ -145,8 +147,10 @@ class PhaseCollector:
         """Keep ``record`` if it is part of a step's picture (a step, a phase, metrics or a session)."""
         name = record.get("name")
         attributes = record.get("attributes")
+        if not isinstance(attributes, dict) or (name not in _KEPT_NAMES and PHASE not in attributes):
+            return  # most records: a turn, a tool call
         span_id = read_span_id(record.get("span_id"))
-        if span_id is None or not isinstance(attributes, dict):
+        if span_id is None:
             return
         if name == SESSION_SPAN_NAME:
             self._session(record, attributes)

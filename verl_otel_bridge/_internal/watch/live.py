@@ -11,13 +11,12 @@ longer than the threshold and the trainer's running step.
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from verl_otel_bridge._internal.protocol import EXPERIMENT_NAME, PROJECT, SESSION_SPAN_NAME
-from verl_otel_bridge._internal.records import iter_lines
+from verl_otel_bridge._internal.records import parse_line
 from verl_otel_bridge._internal.report.aggregate import ReportBuilder, SessionSummary, StepReport, open_sessions
 from verl_otel_bridge._internal.report.phases import RunningStep, by_step
 from verl_otel_bridge._internal.stragglers import StragglerRule
@@ -81,9 +80,12 @@ class LiveView:
         offset = found.first_number - 1
         for _ in range(found.skipped):
             builder.add_bad(path, 0, f"a line longer than {MAX_LINE_BYTES} bytes, skipped")
-        for number, _size, record, problem in iter_lines(io.BytesIO(b"\n".join(found.lines))):
+        for number, raw in enumerate(found.lines, start=offset + 1):
+            if not raw or raw.isspace():
+                continue
+            record, problem = parse_line(raw)
             if record is None:
-                builder.add_bad(path, offset + number, problem or "unreadable")
+                builder.add_bad(path, number, problem or "unreadable")
                 continue
             builder.add(record)
             if record["name"] == SESSION_SPAN_NAME:

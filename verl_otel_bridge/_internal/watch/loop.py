@@ -84,4 +84,5 @@ def _plain(console: Any, follower: Follower, view: LiveView, *, interval_s: floa
         started = time.monotonic()
         catch_up(follower, view, interval_s)
         console.print(Text(plain_line(snapshot_now(view))), soft_wrap=True)
+        console.file.flush()  # a pipe is block-buffered: each line goes out when it is made
         time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
