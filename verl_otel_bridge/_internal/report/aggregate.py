@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_otel_bridge._internal.captures.read import CaptureRecords, find_captures
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.protocol import (
     COMPLETION_TOKENS,
@@ -26,6 +27,8 @@ from verl_otel_bridge._internal.protocol import (
     FAILED_STATUSES,
     GENERATE_TURN,
     GLOBAL_STEPS,
+    INPUT,
+    OUTPUT,
     PROGRESS_ELAPSED_S,
     PROGRESS_LAST_SPAN,
     PROGRESS_SPAN_NAME,
@@ -48,7 +51,7 @@ from verl_otel_bridge._internal.protocol import (
     UID,
     UNFINISHED,
 )
-from verl_otel_bridge._internal.records import iter_lines, parse_json
+from verl_otel_bridge._internal.records import parse_json
 from verl_otel_bridge._internal.report.phases import PhaseCollector, StepPhases, by_step
 from verl_otel_bridge._internal.report.values import finite_number, step_key, time_ns
 from verl_otel_bridge._internal.tree import display
@@ -59,6 +62,8 @@ MAX_SEGMENTS = 200
 MAX_SCATTER_POINTS = 500
 #: Bad lines remembered (all are counted).
 MAX_BAD_LINES = 20
+#: Characters of a listed session's first input and last output kept.
+MAX_TEXT = 4000
 _NS = 1e9
 #: A session slower than this many times its step's median is called a straggler
 #: (the bridge's own watchdog default, ``straggler_factor``).
@@ -109,6 +114,10 @@ class SessionSummary:
     last_span: str
     segments: tuple[Segment, ...] = ()
     segments_cut: int = 0
+    #: The conversation's first input and last output as rebuilt from its turns (``input``, ``output`` of the
+    #: session), each cut at :data:`MAX_TEXT` characters; kept for the sessions a step lists only.
+    input: str = ""
+    output: str = ""
 
 
 @dataclass(frozen=True)
@@ -163,8 +172,12 @@ class Report:
     bad_examples: list[tuple[str, int, str]]
     #: Every ``global_steps`` value the captures hold (also those ``step`` left out), in step order.
     steps_present: list[Any] = field(default_factory=list)
-    #: The files that held no span record at all (not captures: empty, or another format).
-    not_captures: list[str] = field(default_factory=list)
+    #: Files skipped, with why: no span record in them (empty, cut short, another format), not capture files,
+    #: links (the first few; ``skipped_count`` counts them all).
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    skipped_count: int = 0
+    #: Span records read (in sessions or not).
+    records: int = 0
 
 
 class _Session:
@@ -174,8 +187,10 @@ class _Session:
         "errors",
         "first_ns",
         "generate_ns",
+        "input",
         "keep",
         "last_ns",
+        "output",
         "progress",
         "progress_at",
         "progress_elapsed",
@@ -217,6 +232,7 @@ class _Session:
         self.segments: list[Segment] | None = []
         self.segments_cut = 0
         self.keep = True
+        self.input = self.output = ""
 
     @property
     def reward(self) -> float | None:
@@ -314,6 +330,7 @@ class _Aggregator:
         session.start_ns, session.end_ns = start, end
         session.status = sys.intern(display(attributes.get(STATUS, "")))
         session.traj_reward = _trajectory_reward(attributes.get(TRAJECTORIES))
+        session.input, session.output = _text(attributes.get(INPUT)), _text(attributes.get(OUTPUT))
         if session.status == UNFINISHED:
             return  # listed on its own, segments kept
         heap = self.slowest.setdefault(key[0], [])
@@ -324,6 +341,7 @@ class _Aggregator:
         evicted = heapq.heapreplace(heap, entry)[2] if entry[0] > heap[0][0] else key
         dropped = self.sessions[evicted]
         dropped.keep, dropped.segments = False, None
+        dropped.input = dropped.output = ""
 
 
 def build_report(
@@ -334,39 +352,37 @@ def build_report(
     max_listed: int = 10,
     straggler_factor: float = DEFAULT_STRAGGLER_FACTOR,
 ) -> Report:
-    """Read every capture in ``paths`` (streamed, line by line) and answer per step.
+    """Read every capture ``paths`` name (files, run or step folders: :func:`find_captures`; streamed, line by
+    line) and answer per step.
 
-    ``step`` keeps one ``global_steps`` value only; ``top`` is how many slowest
-    sessions each step lists; ``max_listed`` bounds the unfinished, hung and
-    errored sessions listed per step (all are counted); a session is a straggler
-    when it took longer than ``straggler_factor`` times its step's median.
-
-    Raises:
-        OSError: a file cannot be read.
+    ``step`` keeps one ``global_steps`` value only (and of a run folder opens only that
+    step's folder); ``top`` is how many slowest sessions each step lists; ``max_listed``
+    bounds the unfinished, hung and errored sessions listed per step (all are counted); a
+    session is a straggler when it took longer than ``straggler_factor`` times its step's median.
+    Files that hold no span record (empty, cut short, unrelated) are skipped and listed.
     """
     aggregator = _Aggregator(step, max(1, top))
     phases = PhaseCollector()
-    bad = 0
-    examples: list[tuple[str, int, str]] = []
-    not_captures: list[str] = []
-    for path in paths:
-        records = 0
-        with open(path, "rb") as stream:
-            for number, _size, record, problem in iter_lines(stream):
-                if record is None:
-                    bad += 1
-                    if len(examples) < MAX_BAD_LINES:
-                        examples.append((os.fspath(path), number, problem or "unreadable"))
-                    continue
-                records += 1
-                aggregator.add(record)
-                phases.add(record)
-        if not records:
-            not_captures.append(os.fspath(path))
+    found = find_captures(paths, step=step if isinstance(step, int) and not isinstance(step, bool) else None)
+    reading = CaptureRecords(found.files)
+    for record in reading:
+        aggregator.add(record)
+        phases.add(record)
     steps = _with_trainer(_steps(aggregator, max_listed, straggler_factor), phases.steps(step))
     present = sorted(aggregator.steps_seen, key=_step_order)
-    files = [os.fspath(p) for p in paths]
-    return Report(steps, files, aggregator.spans, aggregator.outside, bad, examples, present, not_captures)
+    empty = reading.empty
+    return Report(
+        steps,
+        [os.fspath(p) for p in found.files],
+        aggregator.spans,
+        aggregator.outside,
+        reading.bad_lines,
+        reading.bad_examples,
+        present,
+        skipped=found.skipped + empty[: max(0, MAX_BAD_LINES - len(found.skipped))],
+        skipped_count=found.skipped_count + len(empty),
+        records=reading.records,
+    )
 
 
 def _steps(aggregator: _Aggregator, max_listed: int, straggler_factor: float) -> list[StepReport]:
@@ -437,7 +453,13 @@ def _summary(step: Any, lane: str, s: _Session, *, segments: bool = True) -> Ses
         last_span=s.progress_last_span,
         segments=tuple(sorted(s.segments or (), key=lambda g: g.start_ns)) if segments else (),
         segments_cut=s.segments_cut,
+        input=s.input,
+        output=s.output,
     )
+
+
+def _text(value: Any) -> str:
+    return display(value)[:MAX_TEXT] if value is not None else ""
 
 
 def _summary_age(s: _Session) -> float:

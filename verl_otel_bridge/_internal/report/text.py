@@ -16,6 +16,7 @@ from verl_otel_bridge._internal.report.rows import (
     number,
     seconds,
     session_row,
+    skipped_lines,
     step_rows,
 )
 from verl_otel_bridge._internal.tree import printable
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
 
-def renderables(report: Report) -> list[RenderableType]:
-    """The report as ``rich`` renderables: the step table, then each step's details."""
+def renderables(report: Report, *, text: bool = False) -> list[RenderableType]:
+    """The report as ``rich`` renderables: the step table, then each step's details (with ``text``, the first
+    input and last output of each slowest session)."""
     out: list[RenderableType] = []
     table = _table("Steps (done: finished sessions; err: error spans; 0-adv: zero-advantage groups)")
     for column in STEP_COLUMNS:
@@ -35,6 +37,8 @@ def renderables(report: Report) -> list[RenderableType]:
     out.append(table)
     for step in report.steps:
         out.extend(_step(step))
+        if text:
+            out.extend(_conversations(step.slowest))
     read = (
         f"{report.spans} spans in sessions from {len(report.files)} files; "
         f"{report.outside_sessions} spans outside sessions; {report.bad_lines} bad lines"
@@ -42,6 +46,7 @@ def renderables(report: Report) -> list[RenderableType]:
     out.append(_text(read))
     for path, line, problem in report.bad_examples[:5]:
         out.append(_text(f"{path}:{line}: {problem}"))
+    out.extend(_text(line) for line in skipped_lines(report))
     return out
 
 
@@ -114,6 +119,17 @@ def _sessions(title: str, sessions: Sequence[SessionSummary], columns: Sequence[
         row = session_row(s)
         table.add_row(*(_text(row[c]) for c in columns))
     return table
+
+
+def _conversations(sessions: Sequence[SessionSummary]) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    for s in sessions:
+        if s.input or s.output:
+            out.append(_text(f"sample {s.sample} session {s.session}: first input", style="bold"))
+            out.append(_text(s.input or "-"))
+            out.append(_text(f"sample {s.sample} session {s.session}: last output", style="bold"))
+            out.append(_text(s.output or "-"))
+    return out
 
 
 def _phases(trainer: StepPhases) -> list[RenderableType]:
