@@ -14,12 +14,9 @@ Times are integer nanoseconds since the epoch, so nothing is lost to rounding.
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from operator import attrgetter
-from pathlib import Path
 from typing import IO, Any
 
 from opentelemetry.attributes import BoundedAttributes
@@ -260,31 +257,24 @@ def parse_json(text: str | bytes) -> Any:
         raise ValueError("nested too deeply to read") from None
 
 
-@dataclass
-class ReadResult:
-    """What :func:`read_records` found: good records and the bad lines (number, reason)."""
-
-    records: list[dict[str, Any]] = field(default_factory=list)
-    bad: list[tuple[int, str]] = field(default_factory=list)
-
-
 def iter_lines(stream: IO[bytes]) -> Iterator[tuple[int, int, dict[str, Any] | None, str | None]]:
-    """``(line number, bytes read, record or None, error or None)`` for each non-blank line."""
+    """``(line number, bytes read, record or None, error or None)`` for each non-blank line of a stream the
+    bridge wrote itself (the spill's); captures are read by :mod:`verl_otel_bridge._internal.captures.read`."""
     for number, raw in enumerate(stream, start=1):
-        if raw.isspace():
+        if not raw.strip():
             continue
-        record, problem = parse_line(raw)
+        record, problem = parse_record(raw)
         yield number, len(raw), record, problem
 
 
-def parse_line(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
-    """One line of a capture (not blank): ``(record, None)``, or ``(None, why it is not a span record)``."""
+def parse_record(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """One line of JSON Lines as a span record, or None and why it is not one."""
     try:
-        record = parse_json(raw.decode("utf-8"))  # JSON allows the whitespace around it, the newline too
+        record = parse_json(line.strip().decode("utf-8"))
     except ValueError as exc:
         return None, f"not JSON ({exc})"
     problem = _record_problem(record)
-    return (None if problem else record), problem
+    return (None, problem) if problem else (record, None)
 
 
 def _record_problem(record: Any) -> str | None:
@@ -299,34 +289,3 @@ def _record_problem(record: Any) -> str | None:
     if not isinstance(record.get("status", {}) or {}, dict):
         return "status is not an object"
     return None
-
-
-def capture_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """The JSONL files ``paths`` name: a file as it is, a directory as its ``*.jsonl`` files (sorted, not
-    recursive), e.g. the verl plugin's default directory with one file per process.
-
-    Raises:
-        ValueError: a directory holds no ``*.jsonl`` file.
-    """
-    files: list[Path] = []
-    for given in map(Path, paths):
-        if given.is_dir():
-            found = sorted(p for p in given.glob("*.jsonl") if p.is_file())
-            if not found:
-                raise ValueError(f"{given} holds no *.jsonl file")
-            files += found
-        else:
-            files.append(given)
-    return files
-
-
-def read_records(path: str | os.PathLike[str]) -> ReadResult:
-    """Parse a JSONL capture; lines that are not span records are counted, not fatal."""
-    result = ReadResult()
-    with open(path, "rb") as stream:
-        for number, _size, record, problem in iter_lines(stream):
-            if record is None:
-                result.bad.append((number, problem or "unreadable"))
-            else:
-                result.records.append({"attributes": {}, **record})
-    return result

@@ -1,4 +1,10 @@
-"""Appends one JSON line per span to a file (format: :mod:`verl_otel_bridge._internal.records`)."""
+"""The ``jsonl`` exporter: a capture directory when ``capture_dir`` is set, else one file, ``jsonl_path``.
+
+The capture directory (a folder per run and per step, gzip files that rotate, a
+disk budget) is :class:`~verl_otel_bridge._internal.captures.writer.CaptureDirExporter`;
+the one file is :class:`JsonlSpanExporter`, appended to (format:
+:mod:`verl_otel_bridge._internal.records`).
+"""
 
 from __future__ import annotations
 
@@ -10,12 +16,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import BinaryIO
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from verl_otel_bridge._internal.config import ConfigError
+from verl_otel_bridge._internal.captures.files import AppendFile, CutBack
+from verl_otel_bridge._internal.captures.layout import compressed
+from verl_otel_bridge._internal.captures.run import run_folder
+from verl_otel_bridge._internal.captures.writer import CaptureDirExporter
+from verl_otel_bridge._internal.config import BridgeConfig, ConfigError
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.private_files import DIRECTORY_MODE, open_private_output
@@ -42,8 +51,26 @@ def opened_on_first_export() -> Iterator[None]:
         _OPEN_ON_FIRST_EXPORT.reset(token)
 
 
+def jsonl_exporter(config: BridgeConfig) -> SpanExporter:
+    """The ``jsonl`` exporter ``config`` asks for: the run folder ``capture_dir/<run>`` (:mod:`.run` names it),
+    else the one file ``jsonl_path``.
+
+    Raises:
+        ConfigError: the file or the run folder cannot be used (key ``jsonl_path`` or ``capture_dir``).
+    """
+    if config.capture_dir is None:
+        return JsonlSpanExporter(config.jsonl_path)
+    return CaptureDirExporter(
+        run_folder(config),
+        rotate_bytes=config.capture_rotate_bytes,
+        budget_bytes=config.capture_max_bytes,
+        open_now=not _OPEN_ON_FIRST_EXPORT.get(),
+    )
+
+
 class JsonlSpanExporter(SpanExporter):
-    """Writes spans to ``path`` as JSON Lines, appending, flushed after every batch.
+    """Writes spans to ``path`` as JSON Lines, appending, flushed after every batch; gzip-compressed (a member per
+    batch) when ``path`` ends in ``.gz``.
 
     The file is opened at construction so an unwritable path fails at
     ``configure()``, not at the first span (inside :func:`opened_on_first_export`:
@@ -52,7 +79,7 @@ class JsonlSpanExporter(SpanExporter):
     Ray ``runtime_env`` gives every worker a file of its own.
 
     A batch is written whole or not at all: a write that fails part-way (a full
-    disk, a file-size limit) is cut back to the last whole line, the batch is
+    disk, a file-size limit) is cut back to the last whole batch, the batch is
     reported failed, and the error is logged when it happens (once per kind), so
     the file holds exactly the spans counted as exported.
 
@@ -63,7 +90,7 @@ class JsonlSpanExporter(SpanExporter):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._given = os.fspath(path)
         self.path = Path(self._given.replace("{pid}", str(os.getpid()))).expanduser()
-        self._file: BinaryIO | None = None
+        self._file: AppendFile | None = None
         self._closed = False
         self._once = OnceLogger(logger)
         self._lines = RecordLines()
@@ -72,12 +99,10 @@ class JsonlSpanExporter(SpanExporter):
         if not _OPEN_ON_FIRST_EXPORT.get():
             self._file = self._open()
 
-    def _open(self) -> BinaryIO:
+    def _open(self) -> AppendFile:
         try:
             self.path.parent.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
-            # Unbuffered, so one batch is one write(2) in append mode and a forked
-            # child inherits no half-written buffer (nor the buffer's lock).
-            return os.fdopen(open_private_output(self.path), "ab", buffering=0)
+            return AppendFile(open_private_output(self.path), self.path, compressed=compressed(self.path))
         except OSError as exc:
             raise ConfigError(
                 f"verl_otel_bridge: jsonl_path={self._given!r} cannot be opened for appending: {exc}", "jsonl_path"
@@ -96,14 +121,9 @@ class JsonlSpanExporter(SpanExporter):
                     self._once.log("open", logging.WARNING, "%s; its spans are counted as failed", exc)
             if self._file is None:
                 return SpanExportResult.FAILURE
-            fd = self._file.fileno()
-            start = _end_of(fd)
             try:
-                view = memoryview(data)
-                while view:  # a regular file may take a large write in parts
-                    view = view[self._file.write(view) :]
-            except OSError as exc:
-                kept = _cut_back(fd, start)
+                self._file.append(data)
+            except CutBack as exc:
                 self._once.log(
                     f"write:{exc.errno}",
                     logging.WARNING,
@@ -111,8 +131,10 @@ class JsonlSpanExporter(SpanExporter):
                     len(spans),
                     self.path,
                     errno.errorcode.get(exc.errno or 0, "error"),
-                    exc.strerror or exc,
-                    "the file was cut back to its last whole line" if kept else "the file may end in a partial line",
+                    exc.strerror or exc.error,
+                    "the file was cut back to its last whole line"
+                    if exc.kept
+                    else "the file may end in a partial line",
                 )
                 return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
@@ -126,22 +148,3 @@ class JsonlSpanExporter(SpanExporter):
             if self._file is not None:
                 self._file.close()
                 self._file = None
-
-
-def _end_of(fd: int) -> int | None:
-    """Where an appended write starts (None for a pipe or a socket)."""
-    try:
-        return os.lseek(fd, 0, os.SEEK_END)
-    except OSError:
-        return None
-
-
-def _cut_back(fd: int, size: int | None) -> bool:
-    """Truncate the file to ``size``, dropping a partly written batch; False if that was not possible."""
-    if size is None:
-        return False
-    try:
-        os.ftruncate(fd, size)
-    except OSError:
-        return False
-    return True

@@ -15,10 +15,11 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from verl_otel_bridge._internal.captures.doctor import check_capture_dir
 from verl_otel_bridge._internal.config import BridgeConfig, ConfigError
 from verl_otel_bridge._internal.exporters.console import console_exporter
 from verl_otel_bridge._internal.exporters.discard import DiscardSpanExporter
-from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
+from verl_otel_bridge._internal.exporters.jsonl import jsonl_exporter
 from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge._internal.exporters.vocabulary import GenericVocabularySpanExporter
 
@@ -47,6 +48,8 @@ def _said(detail: Callable[[BridgeConfig], str]) -> Callable[[BridgeConfig, Mapp
 
 
 def _check_jsonl(config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) -> Check:
+    if config.capture_dir is not None:
+        return check_capture_dir(config)
     path = Path(config.jsonl_path).absolute()  # as the jsonl exporter opens it (no ~ expansion)
     if path.exists():
         writable = path.is_file() and os.access(path, os.W_OK)
@@ -104,7 +107,7 @@ KINDS: dict[str, ExporterKind] = {
             _said(lambda config: f"kept in this process only (the newest {config.memory_max_spans})"),
             inline=True,
         ),
-        ExporterKind("jsonl", lambda config: JsonlSpanExporter(config.jsonl_path), _check_jsonl),
+        ExporterKind("jsonl", jsonl_exporter, _check_jsonl),
         ExporterKind(
             "console",
             lambda config: console_exporter(format=config.console_format),

@@ -9,10 +9,10 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge._internal.exporters.base import WrappingSpanExporter
+from verl_otel_bridge._internal.protocol import INPUT, INPUT_APPENDED, REDACTED
 from verl_otel_bridge._internal.records import replace_span
 
-#: What a redacted value becomes.
-REDACTED = "[REDACTED]"
+__all__ = ["REDACTED", "RedactingSpanExporter", "redact", "with_redaction"]
 
 
 def redact(span: ReadableSpan, keys: frozenset[str]) -> ReadableSpan:
@@ -51,4 +51,6 @@ class RedactingSpanExporter(WrappingSpanExporter):
 def with_redaction(exporter: SpanExporter, keys: Iterable[str]) -> SpanExporter:
     """The top of an exporter chain: ``exporter`` behind a :class:`RedactingSpanExporter` when ``keys`` name any."""
     keys = tuple(keys)
+    if INPUT in keys:  # a generate turn's input is stored in part under input.appended (protocol.md)
+        keys += (INPUT_APPENDED,)
     return RedactingSpanExporter(exporter, keys) if keys else exporter

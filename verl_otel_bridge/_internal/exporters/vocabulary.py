@@ -44,6 +44,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events
+from verl_otel_bridge._internal.conversation import Conversations
 from verl_otel_bridge._internal.exporters.base import WrappingSpanExporter, left_out_reader
 from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.otlp.encoding import PerSpan
@@ -336,6 +337,7 @@ class GenericVocabularySpanExporter(WrappingSpanExporter):
         # project -> (resource, resource with that project): spans share their provider's resource
         self._resources: dict[str, tuple[Resource, Resource]] = {}
         self._plans = KeyPlans()
+        self._conversations = Conversations()  # each LLM call's whole input, rebuilt from the turns' deltas
         self._once = OnceLogger(logger)
         self._left_out = left_out_reader(inner)
         translated = getattr(inner, "export_translated", None)
@@ -346,6 +348,7 @@ class GenericVocabularySpanExporter(WrappingSpanExporter):
         return self._left_out()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        spans = self._conversations.spans(spans)
         translated = [self._translate(span) for span in spans]
         if self._export_translated is None or None in translated:  # (a span that could not be translated)
             return self.inner.export(

@@ -223,6 +223,10 @@ def build_pipeline(config: BridgeConfig, counts: SpanCounts) -> Pipeline:
         )
         if not inline(others):
             pipeline.queue = _queue(config)
+    for exporter in pipeline.destinations.values():  # e.g. the capture directory's disk budget removals
+        count_into = getattr(exporter, "count_into", None)
+        if callable(count_into):
+            count_into(counts)
     pipeline.exporter = with_redaction(pipeline.exporter, config.redact_attributes)
     pipeline.processor = ExportSpanProcessor(
         pipeline.exporter,

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_otel_bridge._internal.captures.read import CaptureRecords, find_captures
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.protocol import (
     AGENT_NAME,
@@ -34,6 +35,8 @@ from verl_otel_bridge._internal.protocol import (
     FAILED_STATUSES,
     GENERATE_TURN,
     GLOBAL_STEPS,
+    INPUT,
+    OUTPUT,
     PROGRESS_ELAPSED_S,
     PROGRESS_IDLE_S,
     PROGRESS_LAST_SPAN,
@@ -57,7 +60,6 @@ from verl_otel_bridge._internal.protocol import (
     UID,
     UNFINISHED,
 )
-from verl_otel_bridge._internal.records import iter_lines
 from verl_otel_bridge._internal.report.phases import PhaseCollector, StepPhases, by_step
 from verl_otel_bridge._internal.report.values import finite_number, step_key, time_ns
 from verl_otel_bridge._internal.stragglers import DEFAULT_MIN_S, StragglerRule
@@ -75,6 +77,8 @@ MAX_BAD_LINES = 20
 MAX_ERROR_GROUPS = 50
 #: Distinct agent loops counted per step (later ones are counted under "other").
 MAX_AGENTS = 20
+#: Characters of a listed session's first input and last output kept.
+MAX_TEXT = 4000
 _NS = 1e9
 _MAX_NS = 1 << 63
 #: A session slower than this many times its step's median is called a straggler
@@ -137,6 +141,10 @@ class SessionSummary:
     last_span: str
     segments: tuple[Segment, ...] = ()
     segments_cut: int = 0
+    #: The conversation's first input and last output as rebuilt from its turns (``input``, ``output`` of the
+    #: session), each cut at :data:`MAX_TEXT` characters; kept for the sessions a step lists only.
+    input: str = ""
+    output: str = ""
     turn_spans: int = 0
     agent: str = ""
     #: For a session without a session span: ``progress.idle_s`` of its last progress record, and that
@@ -241,8 +249,12 @@ class Report:
     bad_examples: list[tuple[str, int, str]]
     #: Every ``global_steps`` value the captures hold (also those ``step`` left out), in step order.
     steps_present: list[Any] = field(default_factory=list)
-    #: The files that held no span record at all (not captures: empty, or another format).
-    not_captures: list[str] = field(default_factory=list)
+    #: Files skipped, with why: no span record in them (empty, cut short, another format), not capture files,
+    #: links (the first few; ``skipped_count`` counts them all).
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    skipped_count: int = 0
+    #: Span records read (in sessions or not).
+    records: int = 0
     #: Who the report calls a straggler.
     rule: StragglerRule = field(default_factory=StragglerRule)
 
@@ -257,9 +269,11 @@ class _Session:
         "first_ns",
         "generate_ns",
         "generated_tokens",
+        "input",
         "keep",
         "last_ns",
         "num_turns",
+        "output",
         "progress",
         "progress_at",
         "progress_elapsed",
@@ -303,6 +317,7 @@ class _Session:
         self.segments: list[Segment] | None = []
         self.segments_cut = 0
         self.keep = True
+        self.input = self.output = ""
 
     @property
     def reward(self) -> float | None:
@@ -358,7 +373,7 @@ class ReportBuilder:
         self.rule = rule if rule is not None else StragglerRule(DEFAULT_STRAGGLER_FACTOR, DEFAULT_STRAGGLER_MIN_S)
         self.steps: dict[Any, _Step] = {}
         self.order = itertools.count()
-        self.spans = self.outside = self.bad = self.forgotten_spans = 0
+        self.spans = self.outside = self.bad = self.forgotten_spans = self.records = 0
         self.bad_examples: list[tuple[str, int, str]] = []
         self.steps_seen: set[Any] = set()
         self.phases = PhaseCollector(phase_traces)
@@ -373,7 +388,8 @@ class ReportBuilder:
             self.bad_examples.append((path, number, problem))
 
     def add(self, record: dict[str, Any]) -> None:
-        """One span record (as :func:`~verl_otel_bridge._internal.records.iter_lines` gives it)."""
+        """One span record (as :func:`~verl_otel_bridge._internal.records.parse_record` gives it)."""
+        self.records += 1
         self.phases.add(record)
         attributes = record.get("attributes") or {}
         lane = attributes.get(STATE_LANE_ID)
@@ -468,6 +484,7 @@ class ReportBuilder:
         found = trajectories(attributes)
         session.traj_reward = trajectory_reward(found)
         session.num_turns = verl_turns(attributes, found)
+        session.input, session.output = _text(attributes.get(INPUT)), _text(attributes.get(OUTPUT))
         if session.status == UNFINISHED:
             return  # listed on its own, segments kept
         heap = state.slowest
@@ -478,6 +495,8 @@ class ReportBuilder:
         evicted = heapq.heapreplace(heap, entry)[2] if entry[0] > heap[0][0] else lane
         dropped = state.sessions[evicted]
         dropped.keep, dropped.segments = False, None
+        dropped.input = dropped.output = ""
+        dropped.input = dropped.output = ""
 
     def forget_before(self, step: Any) -> None:
         """Drop every step before ``step`` (in step order) and ignore records of those steps from now on
@@ -498,7 +517,7 @@ class ReportBuilder:
         state = self.steps.get(step) or _Step()
         return _step_report(step, state, self.max_listed, self.rule, trainer)
 
-    def report(self, files: Sequence[str], not_captures: Sequence[str] = ()) -> Report:
+    def report(self, files: Sequence[str]) -> Report:
         """Every step, with its trainer phases, as a :class:`Report` of ``files``."""
         steps = [self.step_report(step) for step in sorted(self.steps, key=step_order)]
         steps = _with_trainer(steps, self.phases.steps(self.step_filter), self.rule)
@@ -511,8 +530,8 @@ class ReportBuilder:
             self.bad,
             list(self.bad_examples),
             present,
-            list(not_captures),
-            self.rule,
+            records=self.records,
+            rule=self.rule,
         )
 
 
@@ -525,33 +544,29 @@ def build_report(
     straggler_factor: float = DEFAULT_STRAGGLER_FACTOR,
     straggler_min_s: float = DEFAULT_STRAGGLER_MIN_S,
 ) -> Report:
-    """Read every capture in ``paths`` (streamed, line by line) and answer per step.
+    """Read every capture ``paths`` name (files, run or step folders: :func:`find_captures`; streamed, line by
+    line) and answer per step.
 
-    ``step`` keeps one ``global_steps`` value only; ``top`` is how many slowest
-    sessions each step lists; ``max_listed`` bounds the unfinished, hung and
-    errored sessions listed per step (all are counted); a session is a straggler
-    when it took longer than ``straggler_factor`` times its step's median and longer
-    than ``straggler_min_s`` seconds.
-
-    Raises:
-        OSError: a file cannot be read.
+    ``step`` keeps one ``global_steps`` value only (and of a run folder opens only that
+    step's folder); ``top`` is how many slowest sessions each step lists; ``max_listed``
+    bounds the unfinished, hung and errored sessions listed per step (all are counted); a
+    session is a straggler when it took longer than ``straggler_factor`` times its step's median
+    and longer than ``straggler_min_s`` seconds. Files that hold no span record (empty, cut
+    short, unrelated) are skipped and listed.
     """
     builder = ReportBuilder(
         step=step, top=top, max_listed=max_listed, rule=StragglerRule(straggler_factor, straggler_min_s)
     )
-    not_captures: list[str] = []
-    for path in paths:
-        records = 0
-        with open(path, "rb") as stream:
-            for number, _size, record, problem in iter_lines(stream):
-                if record is None:
-                    builder.add_bad(os.fspath(path), number, problem or "unreadable")
-                    continue
-                records += 1
-                builder.add(record)
-        if not records:
-            not_captures.append(os.fspath(path))
-    return builder.report([os.fspath(p) for p in paths], not_captures)
+    found = find_captures(paths, step=step if isinstance(step, int) and not isinstance(step, bool) else None)
+    reading = CaptureRecords(found.files)
+    for record in reading:
+        builder.add(record)
+    report = builder.report([os.fspath(p) for p in found.files])
+    empty = reading.empty
+    report.bad_lines, report.bad_examples = reading.bad_lines, reading.bad_examples
+    report.skipped = found.skipped + empty[: max(0, MAX_BAD_LINES - len(found.skipped))]
+    report.skipped_count = found.skipped_count + len(empty)
+    return report
 
 
 def _count_error(groups: dict[tuple[str, str], list[Any]], attributes: dict[str, Any], name: Any, message: str) -> None:
@@ -673,7 +688,13 @@ def _summary(step: Any, lane: str, s: _Session, *, segments: bool = True) -> Ses
         agent=s.agent,
         idle_s=s.progress_idle if kind == HUNG else 0.0,
         progress_ns=s.progress_at if kind == HUNG else 0,
+        input=s.input,
+        output=s.output,
     )
+
+
+def _text(value: Any) -> str:
+    return display(value)[:MAX_TEXT] if value is not None else ""
 
 
 def _summary_age(s: _Session) -> float:

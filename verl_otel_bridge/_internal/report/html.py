@@ -26,6 +26,7 @@ from verl_otel_bridge._internal.report.rows import (
     rule_text,
     seconds,
     session_row,
+    skipped_lines,
     step_rows,
     straggler_text,
     zero_advantage_text,
@@ -48,6 +49,7 @@ _POINT_COLOUR = "#4C78A8"
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1200px; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; max-width: 100%; }
+pre.text { white-space: pre-wrap; overflow-wrap: anywhere; max-height: 20em; overflow-y: auto; background: #f6f6f6; }
 table.steps { font-size: 12px; }
 th, td { border: 1px solid #ccc; padding: 2px 5px; text-align: right; }
 th { background: #f3f3f3; } td.l, th.l { text-align: left; } td.l { overflow-wrap: anywhere; }
@@ -88,8 +90,9 @@ def render_html(report: Report) -> str:
         f"<title>verl-otel-bridge report: {len(report.steps)} steps</title><style>{_STYLE}</style></head>",
         "<body><h1>verl-otel-bridge report</h1>",
         f'<p class="note">{report.spans} spans in sessions from {len(report.files)} files '
-        f"({e(', '.join(report.files))}); {report.outside_sessions} spans outside sessions; "
+        f"({e(_some(report.files))}); {report.outside_sessions} spans outside sessions; "
         f"{report.bad_lines} bad lines. verl-otel-bridge {e(__version__)}.</p>",
+        *(f'<p class="note">{e(line)}</p>' for line in skipped_lines(report)),
         "<h2>Steps</h2>",
         _table(step_rows(report), "steps"),
         f'<p class="note">{e(rule_text(report.rule))}.</p>',
@@ -99,6 +102,20 @@ def render_html(report: Report) -> str:
     parts.extend(_step(step) for step in report.steps)
     parts.append(f"<script>{_SCRIPT}</script></body></html>")
     return "\n".join(parts)
+
+
+def _conversation(s: SessionSummary) -> str:
+    e = html.escape
+    return (
+        f"<details><summary>conversation of sample {e(s.sample)} session {e(s.session)}</summary>"
+        f'<p class="note">first input</p><pre class="text">{e(s.input or "-")}</pre>'
+        f'<p class="note">last output</p><pre class="text">{e(s.output or "-")}</pre></details>'
+    )
+
+
+def _some(files: list[str], shown: int = 10) -> str:
+    more = f" and {len(files) - shown} more" if len(files) > shown else ""
+    return ", ".join(files[:shown]) + more
 
 
 def _step(step: StepReport) -> str:
@@ -125,6 +142,7 @@ def _step(step: StepReport) -> str:
             _sessions(step.slowest, SLOWEST_COLUMNS, "slowest"),
             f'<p class="note">{e(SESSION_COLUMNS_NOTE)}.</p>',
         ]
+        out += [_conversation(s) for s in step.slowest if s.input or s.output]
     if step.unfinished:
         out += ["<h3>Unfinished at shutdown</h3>", _sessions(step.unfinished, OPEN_COLUMNS, "unfinished")]
     if step.hung:

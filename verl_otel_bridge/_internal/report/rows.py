@@ -138,3 +138,11 @@ SESSION_COLUMNS_NOTE = (
 )
 OPEN_COLUMNS = ("uid", "sample", "session", "status", "dur s", "turns", "last span")
 ERROR_COLUMNS = ("uid", "sample", "session", "errors", "first error")
+
+
+def skipped_lines(report: Report, shown: int = 5) -> list[str]:
+    """The files the report skipped, as ``skipped PATH: why`` lines (the first ``shown``, then how many more)."""
+    lines = [f"skipped {path}: {why}" for path, why in report.skipped[:shown]]
+    if report.skipped_count > len(lines):
+        lines.append(f"... and {report.skipped_count - len(lines)} more skipped")
+    return lines

@@ -18,6 +18,7 @@ from verl_otel_bridge._internal.report.rows import (
     rule_text,
     seconds,
     session_row,
+    skipped_lines,
     step_headline,
     step_rows,
     straggler_text,
@@ -29,8 +30,9 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
 
-def renderables(report: Report) -> list[RenderableType]:
-    """The report as ``rich`` renderables: the step table, then each step's details."""
+def renderables(report: Report, *, text: bool = False) -> list[RenderableType]:
+    """The report as ``rich`` renderables: the step table, then each step's details (with ``text``, the first
+    input and last output of each slowest session)."""
     out: list[RenderableType] = []
     steps = table("Steps (done: finished sessions; err: error spans; 0-adv: zero-advantage groups)")
     for column in STEP_COLUMNS:
@@ -40,6 +42,8 @@ def renderables(report: Report) -> list[RenderableType]:
     out.append(steps)
     for step in report.steps:
         out.extend(_step(step))
+        if text:
+            out.extend(_conversations(step.slowest))
     read = (
         f"{report.spans} spans in sessions from {len(report.files)} files; "
         f"{report.outside_sessions} spans outside sessions; {report.bad_lines} bad lines"
@@ -50,6 +54,7 @@ def renderables(report: Report) -> list[RenderableType]:
         out.append(safe_text(SESSION_COLUMNS_NOTE))
     for path, line, problem in report.bad_examples[:5]:
         out.append(safe_text(f"{path}:{line}: {problem}"))
+    out.extend(safe_text(line) for line in skipped_lines(report))
     return out
 
 
@@ -104,6 +109,17 @@ def sessions_table(title: str, sessions: Sequence[SessionSummary], columns: Sequ
     for s in sessions:
         row = session_row(s)
         out.add_row(*(safe_text(row[c]) for c in columns))
+    return out
+
+
+def _conversations(sessions: Sequence[SessionSummary]) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    for s in sessions:
+        if s.input or s.output:
+            out.append(safe_text(f"sample {s.sample} session {s.session}: first input", style="bold"))
+            out.append(safe_text(s.input or "-"))
+            out.append(safe_text(f"sample {s.sample} session {s.session}: last output", style="bold"))
+            out.append(safe_text(s.output or "-"))
     return out
 
 

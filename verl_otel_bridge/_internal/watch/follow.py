@@ -1,133 +1,72 @@
-"""Follow captures as they are written: the files under the given paths (found again at each poll) and,
-in each, the complete lines appended since the last poll.
+"""Follow captures as they are written: the capture files under the given paths (found again at each poll,
+:func:`~verl_otel_bridge._internal.captures.read.find_captures`) and, in each, the complete lines appended
+since the last poll (:class:`~verl_otel_bridge._internal.captures.lines.LineReader`, resumed from where it
+stopped).
 
-A line cut short (the writer is mid-write, or a gzip member is not complete yet) waits
-for the rest; a file that shrank was replaced and is read again from its start. Plain
-``*.jsonl`` and gzip ``*.jsonl.gz`` files (several members, each ending at a flush) are
-followed alike. :class:`Tail` is the only part that knows how a file is read.
+A line cut short, or a gzip member still being written, waits for the rest; a file
+that shrank was replaced and is read again from its start; a file that cannot be read
+(not gzip, damaged) stops being followed and is said. Each poll reads at most
+:data:`READ_LIMIT` bytes of a file, so catching up on a large capture goes in steps.
 """
 
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The file names followed in a directory (any depth: a run's ``global_steps=<n>`` folders too).
-SUFFIXES = (".jsonl", ".jsonl.gz")
+from verl_otel_bridge._internal.captures.layout import compressed
+from verl_otel_bridge._internal.captures.lines import Line, LineReader, Position
+from verl_otel_bridge._internal.captures.read import find_captures
+
 #: Bytes read from one file per poll at most (the rest waits for the next poll).
-READ_CHUNK = 4 << 20
-#: A line longer than this is not one the bridge wrote: it is skipped, counted as one bad line.
-MAX_LINE_BYTES = 64 << 20
+READ_LIMIT = 4 << 20
 
 
 class Tail:
-    """One file, read from where the last :meth:`read` stopped; gives complete lines only."""
+    """One file, read from where the last :meth:`read` stopped."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.offset = 0
-        self.lines = 0
+        self.position = Position()
+        #: Why the file is no longer followed (not gzip, damaged, unreadable), or "".
         self.broken = ""
-        self._gzip = path.name.endswith(".gz")
-        self._inflate = self._new_inflater()
-        self._pending = b""
-        self._skipping = False
-        self.overlong = 0
         #: Whether the last read stopped at its limit (more is there already).
         self.more = False
 
-    def _new_inflater(self) -> zlib._Decompress | None:
-        return zlib.decompressobj(wbits=31) if self._gzip else None
-
-    def read(self, limit: int = READ_CHUNK) -> list[bytes]:
-        """The complete lines written since the last call (at most ``limit`` new bytes of the file read)."""
+    def read(self, limit: int = READ_LIMIT) -> list[Line]:
+        """The complete lines written since the last call (``data`` None: a line too long to read)."""
+        self.more = False
         if self.broken:
             return []
+        lines: list[Line] = []
         try:
             with open(self.path, "rb") as stream:
-                size = os.fstat(stream.fileno()).st_size
-                if size < self.offset:  # replaced or truncated: read it again
-                    self.offset, self._pending, self._inflate = 0, b"", self._new_inflater()
-                stream.seek(self.offset)
-                raw = stream.read(limit)
+                if os.fstat(stream.fileno()).st_size < self.position.offset:  # replaced: read it again
+                    self.position = Position()
+                reader = LineReader(stream, compressed=compressed(self.path), position=self.position, final=False)
+                for line in reader:
+                    lines.append(line)
+                    if reader.read_bytes >= limit:
+                        self.more = True
+                        break
+                self.position = reader.position
+                if reader.problem is not None:
+                    self.broken = reader.problem
+        except FileNotFoundError:
+            return lines
         except OSError as exc:
-            if isinstance(exc, FileNotFoundError):
-                return []
-            self.broken = f"cannot read it ({exc.strerror or exc})"
-            return []
-        self.offset += len(raw)
-        self.more = len(raw) == limit
-        try:
-            data = self._decode(raw)
-        except zlib.error as exc:
-            self.broken = f"not gzip data at byte {self.offset} ({exc})"
-            return []
-        return self._split(data)
-
-    def _decode(self, raw: bytes) -> bytes:
-        inflate = self._inflate
-        if inflate is None:
-            return raw
-        out = [inflate.decompress(raw)]
-        while inflate.eof and inflate.unused_data:  # the next gzip member
-            rest = inflate.unused_data
-            inflate = self._inflate = zlib.decompressobj(wbits=31)
-            out.append(inflate.decompress(rest))
-        if inflate.eof:
-            self._inflate = zlib.decompressobj(wbits=31)
-        return b"".join(out)
-
-    def _split(self, data: bytes) -> list[bytes]:
-        if not data:
-            return []
-        chunk = self._pending + data
-        cut = chunk.rfind(b"\n")
-        if cut < 0:
-            self._pending = chunk
-            self._bound_pending()
-            return []
-        self._pending = chunk[cut + 1 :]
-        lines = chunk[:cut].split(b"\n")
-        if self._skipping:  # the rest of an overlong line
-            lines = lines[1:]
-            self._skipping = False
-        self.lines += len(lines)
-        self._bound_pending()
+            self.broken = f"cannot be read ({exc.strerror or exc})"
         return lines
-
-    def _bound_pending(self) -> None:
-        if len(self._pending) > MAX_LINE_BYTES:
-            self._pending = b""
-            if not self._skipping:
-                self.overlong += 1
-                self._skipping = True
 
 
 @dataclass(frozen=True)
 class Lines:
-    """What one poll found in one file: its new complete lines, the number of the first, and how many lines
-    longer than :data:`MAX_LINE_BYTES` were skipped."""
+    """What one poll found in one file: its new complete lines."""
 
     path: Path
-    first_number: int
-    lines: list[bytes]
-    skipped: int = 0
-
-
-def capture_paths(paths: Sequence[Path]) -> list[Path]:
-    """The files ``paths`` name now: a file as it is, a directory as every capture file under it, sorted."""
-    found: list[Path] = []
-    for given in paths:
-        if given.is_dir():
-            for root, dirs, files in os.walk(given):
-                dirs.sort()
-                found.extend(Path(root, name) for name in sorted(files) if name.endswith(SUFFIXES))
-        elif given.exists():
-            found.append(given)
-    return found
+    lines: list[Line]
 
 
 class Follower:
@@ -137,23 +76,22 @@ class Follower:
         self.paths = list(paths)
         self.tails: dict[Path, Tail] = {}
 
-    def poll(self, limit: int = READ_CHUNK) -> Iterator[Lines]:
+    def poll(self, limit: int = READ_LIMIT) -> Iterator[Lines]:
         """New lines of every file (files that appeared since the last poll are read from their start)."""
-        for path in capture_paths(self.paths):
+        for path in find_captures(self.paths).files:
             tail = self.tails.get(path)
             if tail is None:
                 tail = self.tails[path] = Tail(path)
-            first, overlong = tail.lines + 1, tail.overlong
             lines = tail.read(limit)
-            if lines or tail.overlong > overlong:
-                yield Lines(path, first, lines, tail.overlong - overlong)
-
-    @property
-    def broken(self) -> dict[str, str]:
-        """The files that cannot be followed (path -> why): unreadable, or not gzip data."""
-        return {os.fspath(tail.path): tail.broken for tail in self.tails.values() if tail.broken}
+            if lines:
+                yield Lines(path, lines)
 
     @property
     def behind(self) -> bool:
         """Whether the last poll left bytes unread in a file (it stopped at its limit)."""
         return any(tail.more for tail in self.tails.values())
+
+    @property
+    def broken(self) -> dict[str, str]:
+        """The files that cannot be followed (path -> why): unreadable, not gzip, damaged."""
+        return {os.fspath(tail.path): tail.broken for tail in self.tails.values() if tail.broken}

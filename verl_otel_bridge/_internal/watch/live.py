@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_otel_bridge._internal.protocol import EXPERIMENT_NAME, PROJECT, SESSION_SPAN_NAME
-from verl_otel_bridge._internal.records import parse_line
+from verl_otel_bridge._internal.records import parse_record
 from verl_otel_bridge._internal.report.aggregate import ReportBuilder, SessionSummary, StepReport, open_sessions
 from verl_otel_bridge._internal.report.phases import RunningStep, by_step
 from verl_otel_bridge._internal.stragglers import StragglerRule
 from verl_otel_bridge._internal.tree import display
-from verl_otel_bridge._internal.watch.follow import MAX_LINE_BYTES, Lines
+from verl_otel_bridge._internal.watch.follow import Lines
 
 #: Steps kept whole: the newest and the previous one.
 KEPT_STEPS = 2
@@ -77,15 +77,15 @@ class LiveView:
         path = os.fspath(found.path)
         self.files.add(path)
         builder = self.builder
-        offset = found.first_number - 1
-        for _ in range(found.skipped):
-            builder.add_bad(path, 0, f"a line longer than {MAX_LINE_BYTES} bytes, skipped")
-        for number, raw in enumerate(found.lines, start=offset + 1):
-            if not raw or raw.isspace():
+        for line in found.lines:
+            if line.data is None:
+                builder.add_bad(path, line.number, "a line too long to read")
                 continue
-            record, problem = parse_line(raw)
+            if not line.data or line.data.isspace():
+                continue
+            record, problem = parse_record(line.data)
             if record is None:
-                builder.add_bad(path, number, problem or "unreadable")
+                builder.add_bad(path, line.number, problem or "unreadable")
                 continue
             builder.add(record)
             if record["name"] == SESSION_SPAN_NAME:
