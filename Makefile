@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Rebuilt whenever pyproject.toml changes.
 READY  := $(VENV)/.ready
 
-.PHONY: demo test unit integration browser backends lint docs bench clean
+.PHONY: demo test unit integration browser terminal backends lint docs bench clean
 
 $(READY): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,8 @@ $(READY): pyproject.toml
 demo: $(READY)  ## the main job: a simulated agent-loop step, traced, ending with the report of its own run
 	$(BIN)/python examples/agent_loop.py
 
-test: $(READY)  ## unit tests (every claimed Python, and the oldest dependencies), the doc blocks, integration tests against each RL-Insight release, the HTML report in chromium, Phoenix and MLflow, tests on real verl (nox)
-	$(BIN)/nox -s unit unit_oldest doc_blocks integration browser backends verl   # backends builds the Phoenix tests/verl start
+test: $(READY)  ## unit tests (every claimed Python, and the oldest dependencies), the doc blocks, integration tests against each RL-Insight release, the HTML report in chromium, watch in tmux, Phoenix and MLflow, tests on real verl (nox)
+	$(BIN)/nox -s unit unit_oldest doc_blocks integration browser terminal backends verl   # backends builds the Phoenix tests/verl start
 
 unit: $(READY)
 	$(BIN)/nox -s unit
@@ -27,6 +27,9 @@ integration: $(READY)
 
 browser: $(READY)  ## the HTML report rendered by headless chromium (installed with apt-get when missing)
 	$(BIN)/nox -s browser
+
+terminal: $(READY)  ## verl-otel-bridge watch in a real terminal, tmux (installed with apt-get when missing)
+	$(BIN)/nox -s terminal
 
 backends: $(READY)  ## exporter otlp read back through real Phoenix and MLflow servers (needs root: unshare -n)
 	$(BIN)/nox -s backends

@@ -1,7 +1,8 @@
 """Test environments: ``nox -s unit`` (every Python the package claims; ``nox -s unit-3.12`` one of them),
 ``nox -s unit_oldest`` (the oldest runtime dependencies allowed), ``nox -s doc_blocks`` (the code blocks of
 README.md and docs/), ``nox -s integration`` (all four RL-Insight cases), ``nox -s browser``,
-``nox -s verl`` (verl's real agent loops, one session per verl version; ``-- bench`` runs its benchmark),
+``nox -s terminal`` (``watch`` in tmux), ``nox -s verl`` (verl's real agent loops, one session per verl version;
+``-- bench`` runs its benchmark),
 ``nox -s backends`` (Phoenix and MLflow).
 
 One integration case alone: ``nox -s "integration(0.3.0)"`` or ``nox -t rl-insight-0.3.0``
@@ -44,7 +45,7 @@ import tomllib
 nox.needs_version = ">=2024.10.9"  # reuse_venv option
 nox.options.reuse_venv = "yes"
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["unit", "unit_oldest", "doc_blocks", "integration", "browser", "backends"]
+nox.options.sessions = ["unit", "unit_oldest", "doc_blocks", "integration", "browser", "terminal", "backends"]
 # A Python version this machine lacks is skipped with nox's message, also under CI.
 nox.options.error_on_missing_interpreters = False
 
@@ -286,20 +287,37 @@ def _chromium_env(problem: str | None) -> dict[str, str]:
 
 def _ensure_chromium(session: nox.Session) -> str | None:
     """Install chromium unless it is on PATH; None when it is there, else why not."""
-    if shutil.which("chromium") or shutil.which("chromium-browser"):
+    return _ensure_debian_package(session, "chromium", ("chromium", "chromium-browser"))
+
+
+def _ensure_debian_package(session: nox.Session, package: str, commands: tuple[str, ...]) -> str | None:
+    """Install Debian's ``package`` with apt-get unless one of ``commands`` is on PATH; None when it is
+    there, else why not."""
+    if any(shutil.which(command) for command in commands):
         return None
     if shutil.which("apt-get") is None:
-        return "chromium is not installed and this machine has no apt-get to install it"
+        return f"{package} is not installed and this machine has no apt-get to install it"
     prefix = [] if os.geteuid() == 0 else ["sudo", "-n"] if shutil.which("sudo") else None
     if prefix is None:
-        return "chromium is not installed, and installing it needs root or sudo"
+        return f"{package} is not installed, and installing it needs root or sudo"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+    for command in (["apt-get", "update"], ["apt-get", "install", "-y", package]):
         session.log(" ".join([*prefix, *command]))
         done = subprocess.run([*prefix, *command], env=env, capture_output=True, text=True, timeout=1800)  # noqa: S603 - fixed commands
         if done.returncode != 0:
             return f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()[-500:]}"
-    return None if shutil.which("chromium") else "apt-get installed chromium, but no chromium is on PATH"
+    found = any(shutil.which(command) for command in commands)
+    return None if found else f"apt-get installed {package}, but no {commands[0]} is on PATH"
+
+
+@nox.session(tags=["terminal"])
+def terminal(session: nox.Session) -> None:
+    """tests/terminal: ``verl-otel-bridge watch`` in a real terminal (tmux) while a process writes a capture;
+    installs Debian's tmux with apt-get when missing (where it cannot, the tests skip and say why)."""
+    problem = _ensure_debian_package(session, "tmux", ("tmux",))
+    python = install_once(session, "-e", f"{ROOT}[test]")
+    env = {"VERL_OTEL_TMUX_UNAVAILABLE": problem} if problem else {}
+    session.run(python, "-m", "pytest", "tests/terminal", *session.posargs, env=env, external=True)
 
 
 # verl's agent-loop modules import cachetools, uvicorn and fastapi, which ``verl`` itself

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import verl_cpu
 
 import verl_otel_bridge as vob
+from verl_otel_bridge._internal.captures.run import run_folder
 from verl_otel_bridge.cli.app import main as cli_main
 
 
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         print("no spans: the plugin did not trace (is VERL_OTEL_TRACE=0 or VERL_USE_EXTERNAL_PLUGINS set?)")
         return
     print(f"spans: {status['exporter']} ({status['detail']}); exported {status['counters']['exported']}")
-    place = Path(bridge.config.jsonl_path).parent if "jsonl" in bridge.config.exporters else None
+    place = run_folder(bridge.config) if bridge.config.capture_dir and "jsonl" in bridge.config.exporters else None
     vob.shutdown()
     if place is not None:
         print(f"\n$ verl-otel-bridge report {place}")

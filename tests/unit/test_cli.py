@@ -289,7 +289,7 @@ def test_show_and_report_take_several_files_and_directories(tmp_path: Path, make
     workers.mkdir()
     make_capture(workers / "a.jsonl", make_bridge)
     make_capture(workers / "b.jsonl", make_bridge)
-    (workers / "notes.txt").write_text("not a capture, and not *.jsonl: left alone\n")
+    (workers / "notes.txt").write_text("not a capture, and not *.jsonl: skipped and said\n")
     for args in ([str(workers / "a.jsonl"), str(workers / "b.jsonl")], [str(workers)]):
         shown = run("show", *args)
         assert shown.exit_code == 0, shown.output
@@ -301,7 +301,7 @@ def test_show_and_report_take_several_files_and_directories(tmp_path: Path, make
     empty.mkdir()
     for command in ("show", "report"):
         result = run(command, str(empty))
-        assert result.exit_code == 1 and "holds no *.jsonl file" in result.output
+        assert result.exit_code == 1 and "no span record" in result.output
 
 
 @pytest.mark.parametrize("content", ["", "# verl-otel-bridge\n\nOpenTelemetry tracing for verl.\n"])
@@ -311,7 +311,7 @@ def test_show_and_report_refuse_a_file_that_is_not_a_capture(tmp_path: Path, con
     for command in ("show", "report"):
         result = run(command, str(readme))
         assert result.exit_code == 1, (command, result.output)
-        assert "not a capture" in result.output and str(readme) in result.output
+        assert "no span record" in result.output and str(readme) in result.output
 
 
 def test_report_of_an_unknown_step_names_the_steps_present(tmp_path: Path, make_bridge: Callable[..., Bridge]) -> None:

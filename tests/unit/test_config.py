@@ -100,6 +100,10 @@ PREFIXED_ENV = {
     "exporter": (" jsonl ", "jsonl"),
     "fallback": ("console", "console"),
     "jsonl_path": ("/tmp/x.jsonl", "/tmp/x.jsonl"),
+    "capture_dir": ("/shared/spans", "/shared/spans"),
+    "capture_run": ("run-7", "run-7"),
+    "capture_rotate_bytes": ("1048576", 1048576),
+    "capture_max_bytes": ("0", 0),
     "otlp_endpoint": ("http://127.0.0.1:4318/v1/traces", "http://127.0.0.1:4318/v1/traces"),
     "otlp_headers": ("authorization=Bearer%20t,x-tenant=a", {"authorization": "Bearer t", "x-tenant": "a"}),
     "otlp_timeout_s": ("2.5", 2.5),
@@ -141,6 +145,7 @@ PREFIXED_ENV = {
     "handle_sigterm": ("off", False),
     "progress_interval_s": ("0", 0.0),
     "straggler_factor": ("2.5", 2.5),
+    "console_format": ("json", "json"),
 }
 
 
@@ -230,6 +235,7 @@ def test_otel_sdk_disabled_disables_the_bridge(monkeypatch: pytest.MonkeyPatch) 
             lambda: resolve(environ={"VERL_OTEL_BRIDGE_STRAGGLER_FACTOR": "nan"}),
             ["straggler_factor", "STRAGGLER_FACTOR"],
         ),
+        (lambda: resolve(console_format="pretty"), ["console_format", "pretty", "text", "json"]),
         (lambda: resolve(["exporter"]), ["mapping", "list"]),
     ],
 )

@@ -158,7 +158,7 @@ def test_otel_traces_exporter_console_is_honoured_by_configure(tmp_path: Path) -
     script = "import verl_otel_bridge as vob\nvob.configure()\nwith vob.span('hello'):\n    pass\nvob.shutdown()\n"
     result = subprocess.run(
         [sys.executable, "-c", script],
-        env={**env, "OTEL_TRACES_EXPORTER": "console"},
+        env={**env, "OTEL_TRACES_EXPORTER": "console", "VERL_OTEL_BRIDGE_CONSOLE_FORMAT": "json"},
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -271,11 +271,12 @@ def test_a_dead_destination_at_exit_leaves_every_queued_span_in_the_spill_for_re
 
 def test_force_flush_keeps_its_timeout_when_the_destination_is_known_down(make_bridge: Callable[..., Bridge]) -> None:
     endpoint = f"http://127.0.0.1:{_free_port()}/v1/traces"
-    # A send retries for 3 s; the destination counts as down only after spill_after_s (60 s).
-    bridge = make_bridge(exporter="otlp", otlp_endpoint=endpoint, otlp_timeout_s=3, schedule_delay_ms=10)
+    # A send retries for 3 s; the destination counts as down only after spill_after_s (60 s); batches wait for a flush.
+    bridge = make_bridge(exporter="otlp", otlp_endpoint=endpoint, otlp_timeout_s=3, schedule_delay_ms=600_000)
     _spans(bridge, 10)
-    wait_until(lambda: bridge.status()["counters"]["spilled"] == 10, what="the refused batch spilled")
-    _spans(bridge, 500)  # the destination is failing: while a flush waits, these spill at once
-    assert bridge.force_flush(1.0)
+    assert bridge.force_flush(WAIT_S)  # the first batch is refused (after its retries) and spilled
+    assert bridge.status()["counters"]["spilled"] == 10
+    _spans(bridge, 500)
+    assert bridge.force_flush(1.0)  # not tried again while the flush waits: spilled at once
     counters: dict[str, Any] = bridge.status()["counters"]
     assert counters["spilled"] == 510 and balance(counters) == 0, counters

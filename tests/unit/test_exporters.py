@@ -85,7 +85,7 @@ def test_memory_keeps_only_the_most_recent_spans(make_bridge: Callable[..., Brid
 def test_console_prints_one_json_line_per_span(
     make_bridge: Callable[..., Bridge], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bridge = make_bridge(exporter="console")
+    bridge = make_bridge(exporter="console", console_format="json")
     make_spans(bridge)
     assert bridge.force_flush(WAIT_S)
     lines = capsys.readouterr().out.splitlines()
@@ -131,7 +131,7 @@ def test_unusable_rl_insight_goes_to_each_fallback(
     make_bridge: Callable[..., Bridge], tmp_path: Path, capsys: pytest.CaptureFixture[str], exporter: str, fallback: str
 ) -> None:
     path = tmp_path / "fallback.jsonl"
-    bridge = make_bridge(exporter=exporter, fallback=fallback, jsonl_path=str(path))
+    bridge = make_bridge(exporter=exporter, fallback=fallback, jsonl_path=str(path), console_format="json")
     make_spans(bridge)
     counters = assert_balanced(bridge)
     assert route(bridge) == (f"{fallback} (fallback)", "not_installed")

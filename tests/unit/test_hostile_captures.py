@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.captures.read import read_records
 from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge._internal.pipeline.chain import ExportChain, Named
-from verl_otel_bridge._internal.records import read_records
 from verl_otel_bridge._internal.report.html import render_html
 from verl_otel_bridge._internal.report.text import renderables
 from verl_otel_bridge._internal.tree import render_tree
@@ -57,14 +57,13 @@ def test_a_deeply_nested_line_is_one_bad_line_for_every_reader(tmp_path: Path) -
     assert (len(read.records), [n for n, _ in read.bad]) == (2, [2])
     assert "nested too deeply" in read.bad[0][1]
     assert build_report([path]).bad_lines == 1
-    with path.open("rb") as stream:
-        summary = replay_records(
-            stream,
-            ExportChain(Named("memory", BoundedMemorySpanExporter()), counts := SpanCounts()),
-            counts,
-            batch_size=10,
-        )
-    assert (summary.read, len(summary.bad), summary.exported) == (2, 1, 2)
+    summary = replay_records(
+        [path],
+        ExportChain(Named("memory", BoundedMemorySpanExporter()), counts := SpanCounts()),
+        counts,
+        batch_size=10,
+    )
+    assert (summary.read, summary.bad_lines, summary.exported) == (2, 1, 2)
     for command in (("show", str(path)), ("report", str(path))):
         result = cli(*command)
         assert result.exit_code == 0, result.output
@@ -144,18 +143,17 @@ def test_report_show_and_replay_never_crash_on_any_json_value_in_any_field(
     render_html(built)
     read = read_records(path)
     render_tree(read.records)
-    with path.open("rb") as stream:
-        counts = SpanCounts()
-        summary = replay_records(
-            stream, ExportChain(Named("memory", BoundedMemorySpanExporter()), counts), counts, batch_size=2
-        )
-    assert summary.read + len(summary.bad) == len(records)
+    counts = SpanCounts()
+    summary = replay_records(
+        [path], ExportChain(Named("memory", BoundedMemorySpanExporter()), counts), counts, batch_size=2
+    )
+    assert summary.read + summary.bad_lines == len(records)
     for command in (("show", str(path)), ("report", str(path))):
         result = cli(*command)
         if read.records:
             assert result.exit_code == 0, (command, result.output, result.exception)
         else:  # no line is a span record: not a capture, said as the command's error
-            assert result.exit_code == 1 and "not a capture" in result.output, (command, result.output)
+            assert result.exit_code == 1 and "no span record" in result.output, (command, result.output)
 
 
 HOSTILE_TEXT = "\x1b]52;c;cHduZWQ=\x07\x1b[2J\x1b]0;owned\x07\u202eevil\x9b31m\r"

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from verl_otel_bridge._internal.captures.read import read_records
 from verl_otel_bridge._internal.protocol import (
     PROGRESS_ELAPSED_S,
     PROGRESS_LAST_SPAN,
@@ -25,7 +26,6 @@ from verl_otel_bridge._internal.protocol import (
     PROGRESS_TURNS,
     SESSION_SPAN_NAME,
 )
-from verl_otel_bridge._internal.records import read_records
 from verl_otel_bridge.report import build_report
 
 from .helpers import WAIT_S

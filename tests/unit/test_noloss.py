@@ -16,8 +16,9 @@ from otlp_receiver import OtlpReceiver
 from threads import burst
 
 from verl_otel_bridge import Bridge
+from verl_otel_bridge._internal.captures.read import read_records
 from verl_otel_bridge._internal.pipeline.queue import span_size
-from verl_otel_bridge._internal.records import read_records, record_to_span
+from verl_otel_bridge._internal.records import record_to_span
 
 from .helpers import WAIT_S, StartReceiver, assert_balanced, wait_until
 

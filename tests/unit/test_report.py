@@ -159,7 +159,8 @@ def test_the_planted_stragglers_are_named_with_their_detail(report: Report) -> N
     assert (slowest.uid, slowest.state_lane_id) == ("uid-1", lane(1, 2))
     assert slowest.duration_s == pytest.approx(30.0, abs=1e-6)
     assert slowest.generate_s == pytest.approx(12.0, abs=1e-6) and slowest.tool_s == pytest.approx(15.0, abs=1e-6)
-    assert (slowest.turns, slowest.tokens, slowest.server) == (2, 122, "10.0.0.1:8000")
+    assert (slowest.turns, slowest.turn_spans, slowest.server) == (2, 2, "10.0.0.1:8000")
+    assert (slowest.context_tokens, slowest.generated_tokens) == (122, 22)  # one generate turn: 100 + 22
     assert slowest.reward == reward(1, 1, 2)
     assert [g.kind for g in slowest.segments] == ["generate", "tool"]  # the waterfall's bars
 
@@ -189,7 +190,8 @@ def test_a_session_split_across_two_files_is_one_session(report: Report, planted
     # One full-report session summary is only kept for the slowest; rebuild with room for all.
     everyone = {s.state_lane_id: s for s in step_of(build_report(planted.files, top=99), SPLIT[0]).slowest}
     split = everyone[lane(SPLIT[1], SPLIT[2])]
-    assert split.turns == 3 and split.tool_s == pytest.approx(total * 0.5 + CROSS_TOOL_S, abs=1e-6)
+    assert split.turn_spans == 3 and split.tool_s == pytest.approx(total * 0.5 + CROSS_TOOL_S, abs=1e-6)
+    assert split.turns == 2  # what its trajectory's num_turns says, not the spans seen
 
 
 def test_reward_against_duration_and_turns(report: Report) -> None:
@@ -197,14 +199,11 @@ def test_reward_against_duration_and_turns(report: Report) -> None:
         got = step_of(report, step)
         keys = [(step, u, k) for u in range(UIDS) for k in range(GROUP)]
         rewards = [reward(*key) for key in keys]
-        turns = [3.0 if key == SPLIT else 2.0 for key in keys]
         assert got.rewarded == len(keys) and got.reward_mean == pytest.approx(statistics.fmean(rewards))
         expected = statistics.correlation([duration_s(*key) for key in keys], rewards)
         assert got.reward_vs_duration == pytest.approx(expected, abs=1e-9)
-        if step == SPLIT[0]:
-            assert got.reward_vs_turns == pytest.approx(statistics.correlation(turns, rewards), abs=1e-9)
-        else:
-            assert got.reward_vs_turns is None  # every session has 2 turns: no relation to speak of
+        # every trajectory says num_turns 2 (the split session too: its extra turn span is not a turn of verl's)
+        assert got.reward_vs_turns is None
 
 
 def test_step_option_keeps_one_step(planted: Planted) -> None:

@@ -56,7 +56,7 @@ def test_the_cli_prints_the_phase_breakdown_of_one_step() -> None:
     done = CliRunner().invoke(cli.build_cli(), ["report", str(CAPTURE), "--step", "2"], catch_exceptions=False)
     assert done.exit_code == 0, done.output
     assert done.output.count("phases: training_step") == 1
-    (gen,) = [line.split() for line in done.output.splitlines() if line.split()[:1] == ["gen"]]
+    (gen,) = [line.split() for line in done.output.splitlines() if re.fullmatch(r"gen +[\d.]+ +\d+%.*", line.strip())]
     assert gen[2].endswith("%") and gen[3] == "4"
 
 

@@ -7,7 +7,6 @@ real verl worker's use of it is in tests/verl.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import stat
@@ -20,6 +19,9 @@ import pytest
 from click.testing import CliRunner
 
 from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge._internal.captures.layout import file_name
+from verl_otel_bridge._internal.captures.read import read_records
+from verl_otel_bridge._internal.captures.run import run_folder, run_name
 from verl_otel_bridge._internal.verl import destination
 from verl_otel_bridge.cli import app as cli
 
@@ -46,31 +48,36 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == logging.WARNING]
 
 
-def test_no_destination_writes_a_private_file_per_process_and_warns_once(
+def test_no_destination_writes_a_private_run_folder_and_warns_once(
     state_home: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, LOGGER)
     config = destination.worker_config(verl_config())
-    path = Path(config.jsonl_path)
-    assert config.exporter == "jsonl" and path.parent == state_home == destination.default_dir()
-    assert path.name == destination.process_file_name() and path.name.startswith("spans-")
-    assert stat.S_IMODE(state_home.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    run = run_folder(config)
+    assert (
+        config.exporter == "jsonl" and config.capture_dir == str(state_home) and state_home == destination.default_dir()
+    )
+    assert run.parent == state_home and run.name.startswith("exp-")  # verl's trainer.experiment_name
+    assert stat.S_IMODE(state_home.stat().st_mode) == 0o700 and stat.S_IMODE(run.stat().st_mode) == 0o700
     (said,) = warnings(caplog)
-    assert str(path) in said and f"verl-otel-bridge report {state_home}" in said
+    assert str(run) in said and f"verl-otel-bridge report {run}" in said and "global_steps=<n>/" in said
     assert "VERL_OTEL_BRIDGE_EXPORTER" in said and "docs/verl.md" in said
-    # a later bridge of the same process appends to the same file, silently
+    # a later bridge of the same process writes into the same run folder, silently
     again = destination.worker_config(verl_config())
-    assert again.jsonl_path == str(path) and len(warnings(caplog)) == 1
+    assert run_folder(again) == run and len(warnings(caplog)) == 1
     bridge = Bridge(config)
     try:
-        with bridge.session(sample=1, session=0):
+        with bridge.session(sample=1, session=0, global_steps=4):
             pass
         assert bridge.force_flush(10)
         status = bridge.status()
-        assert status["exporter"] == "jsonl" and str(path) in status["detail"]
+        assert status["exporter"] == "jsonl" and str(run) in status["detail"]
     finally:
         bridge.shutdown()
-    (record,) = [json.loads(line) for line in path.read_text().splitlines()]
+    (path,) = (run / "global_steps=4").iterdir()
+    assert path.name == file_name(0) and path.name.endswith(".jsonl.gz")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    (record,) = read_records(path).records
     assert record["name"] == "agent_session" and record["attributes"]["project"] == "proj"
 
 
@@ -84,13 +91,15 @@ def test_the_default_directory_is_under_the_home_directory_without_xdg_state_hom
     assert destination.default_dir() == tmp_path / ".local" / "state" / "verl_otel_bridge" / "spans"
 
 
-def test_file_names_differ_across_processes() -> None:
-    probe = "from verl_otel_bridge._internal.verl.destination import process_file_name as n; print(n())"
+def test_run_folder_names_differ_across_processes_without_ray() -> None:
+    """Without Ray (and without the driver's VERL_OTEL_BRIDGE_CAPTURE_RUN) a process is its own run."""
+    probe = "from verl_otel_bridge._internal.captures.run import run_name; print(run_name(None, 'exp'))"
     names = {
         subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60).stdout
         for _ in range(2)
-    } | {destination.process_file_name() + "\n"}
-    assert len(names) == 3
+    } | {run_name(None, "exp") + "\n"}
+    assert len(names) == 3 and all(name.startswith("exp-") for name in names)
+    assert run_name("driver's run", "exp") == "driver_s_run"
 
 
 @pytest.mark.parametrize(
@@ -133,6 +142,15 @@ def test_jsonl_path_alone_makes_the_exporter_jsonl_to_that_file(
     assert not state_home.exists()
 
 
+def test_capture_dir_alone_makes_the_exporter_jsonl_into_that_directory(
+    tmp_path: Path, state_home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(destination.CAPTURE_DIR_ENV, str(tmp_path / "shared"))
+    config = destination.worker_config(verl_config())
+    assert (config.exporter, config.capture_dir) == ("jsonl", str(tmp_path / "shared"))
+    assert not state_home.exists() and not warnings(caplog)
+
+
 def test_an_otel_traces_exporter_the_bridge_lacks_fails_naming_the_variable_and_the_fix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -155,14 +173,15 @@ def widen(state_home: Path, tmp_path: Path) -> None:
     state_home.chmod(0o755)
 
 
-def file_is_a_link(state_home: Path, tmp_path: Path) -> None:
+def run_is_a_link(state_home: Path, tmp_path: Path) -> None:
     state_home.mkdir(parents=True, mode=0o700)
-    (state_home / destination.process_file_name()).symlink_to(tmp_path / "target")
+    (tmp_path / "target").mkdir(mode=0o700)
+    (state_home / run_name(None, "exp")).symlink_to(tmp_path / "target")
 
 
 @pytest.mark.parametrize(
     ("spoil", "reason"),
-    [(link_to_elsewhere, "is a symbolic link"), (widen, "has mode 0755"), (file_is_a_link, "is a symbolic link")],
+    [(link_to_elsewhere, "is a symbolic link"), (widen, "has mode 0755"), (run_is_a_link, "is a symbolic link")],
 )
 def test_a_default_directory_that_is_not_private_is_refused_and_said(
     state_home: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, spoil: Any, reason: str
@@ -172,31 +191,33 @@ def test_a_default_directory_that_is_not_private_is_refused_and_said(
     assert config.exporter == "auto" and config.fallback == "memory"  # spans stay in memory, and it is said
     (said,) = warnings(caplog)
     assert "cannot be used" in said and reason in said and "VERL_OTEL_BRIDGE_EXPORTER" in said
-    assert not (tmp_path / "elsewhere" / destination.process_file_name()).exists()
-    assert not (tmp_path / "target").exists()
+    assert not any((tmp_path / "elsewhere").glob("*")) if (tmp_path / "elsewhere").exists() else True
+    assert not any((tmp_path / "target").glob("*")) if (tmp_path / "target").exists() else True
 
 
-def run(*args: str) -> Any:
+def run_cli(*args: str) -> Any:
     return CliRunner().invoke(cli.build_cli(), list(args), catch_exceptions=False)
 
 
-def test_show_and_report_read_every_file_of_the_default_directory(state_home: Path, tmp_path: Path) -> None:
-    state_home.mkdir(parents=True)
-    for worker in range(2):  # two workers' files, as two processes write them
-        bridge = Bridge(BridgeConfig.resolve(exporter="jsonl", jsonl_path=str(state_home / f"spans-w{worker}.jsonl")))
+def test_show_and_report_read_every_file_of_a_run_folder(state_home: Path, tmp_path: Path) -> None:
+    for worker in range(2):  # two workers' files, as two processes of one run write them
+        config = BridgeConfig.resolve(exporter="jsonl", capture_dir=str(state_home), capture_run="r1")
+        bridge = Bridge(config)
         with bridge.session(sample=worker, session=0, global_steps=4):
             pass
         bridge.shutdown()
-    (state_home / "notes.txt").write_text("not a capture\n")
-    shown = run("show", str(state_home))
+    run = state_home / "r1"
+    assert len(list((run / "global_steps=4").iterdir())) == 2
+    (run / "notes.txt").write_text("not a capture\n")
+    shown = run_cli("show", str(run))
     assert shown.exit_code == 0, shown.output
-    assert "2 spans in 2 traces; 0 bad lines" in shown.stderr
-    reported = run("report", str(state_home))
+    assert "2 spans in 2 traces; 0 bad lines" in shown.stderr and "skipped" in shown.stderr
+    reported = run_cli("report", str(run))
     assert reported.exit_code == 0, reported.output
     assert "2 spans in sessions from 2 files" in reported.stdout, reported.stdout
     empty = tmp_path / "empty"
     empty.mkdir()
     for command in ("show", "report"):
-        refused = run(command, str(empty))
-        assert refused.exit_code == 1 and f"{empty} holds no *.jsonl file" in refused.output
+        refused = run_cli(command, str(empty))
+        assert refused.exit_code == 1 and f"no span record in {empty}" in refused.output
     assert os.listdir(empty) == []

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -67,8 +66,11 @@ class RayAgentLoop:
 
 
 def worker_spans(spans_dir: Path) -> list[dict[str, Any]]:
-    """The records the Ray workers' bridges wrote to their (default) span directory."""
-    return [json.loads(line) for path in sorted(spans_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
+    """The records the Ray workers' bridges wrote to their (default) span directory: its run folders, step
+    folders and gzip files, as every reader reads them (the conversation rebuilt)."""
+    from verl_otel_bridge._internal.captures.read import CaptureRecords, find_captures
+
+    return list(CaptureRecords(find_captures([spans_dir]).files))
 
 
 def user_environment(tmp_path: Path) -> dict[str, str]:

@@ -13,10 +13,11 @@ import harness
 import pytest
 import torch
 from test_plugin import run, tools_config
+from transformers import AutoTokenizer
 
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal.verl import tracing
-from verl_otel_bridge._internal.vocabulary import generic_span
+from verl_otel_bridge._internal.vocabulary import Translator, generic_span
 from verl_otel_bridge.testing import SpanCapture, capture_spans
 from verl_otel_bridge.verl.plugin import SWITCH_ENV
 
@@ -43,26 +44,38 @@ def turns(spans: list[Any], turn_type: str) -> list[Any]:
 # --------------------------------------------------------------------------- the conversation
 
 
-def test_token2text_puts_the_conversation_on_session_and_turns(verl_files: dict[str, Path]) -> None:
+def otlp_view(spans: list[Any]) -> dict[tuple[str, Any], dict[str, Any]]:
+    """What ``exporter: otlp`` sends for ``spans`` (each LLM call's whole input rebuilt), by (name, turn)."""
+    parts = Translator().batch(spans)
+    return {(s.name, p["attributes"].get("turn")): p["attributes"] for s, p in zip(spans, parts, strict=True)}
+
+
+def test_token2text_stores_the_conversation_once_and_otlp_gets_it_whole(verl_files: dict[str, Path]) -> None:
     with capture_spans() as capture:
         spans = tool_loop(verl_files, capture, token2text=True)
     (session,) = [s for s in spans if s.name == "agent_session"]
-    assert json.loads(session.attributes["input"]) == [{"role": "user", "content": "[tools] question 0"}]
-    assert session.attributes["output"] == harness.FINAL_ANSWER  # the last generate turn's response
+    assert not {"input", "output"} & set(session.attributes)  # rebuilt from the turns by readers and otlp
     first, last = turns(spans, "generate")
     assert first.attributes["input"] == "<|im_start|>user\n[tools] question 0<|im_end|>\n<|im_start|>assistant\n"
     assert first.attributes["content"] == TOOL_ANSWER
-    assert last.attributes["input"].startswith(first.attributes["input"] + TOOL_ANSWER)  # the tool results follow
+    assert "input" not in last.attributes and last.attributes["input.after_turn"] == first.attributes["turn"]
+    appended = last.attributes["input.appended"]
+    assert appended.startswith("<|im_start|>tool") and "42" in appended  # only the tool replies and template text
     assert last.attributes["content"] == harness.FINAL_ANSWER
     tools = {t.attributes["tools"]: t for t in turns(spans, "tool")}
     assert tools["add_numbers"].attributes["content"] == "42"
 
-    # What exporter: otlp sends: Phoenix's and MLflow's session views read the session's input and output.
-    otlp = generic_span(session).attributes
-    assert (otlp["input.value"], otlp["output.value"]) == (session.attributes["input"], harness.FINAL_ANSWER)
-    chat = generic_span(last).attributes
+    # What exporter: otlp sends: each LLM call's whole input; the session's first input and last output.
+    sent = otlp_view(spans)
+    whole = first.attributes["input"] + TOOL_ANSWER + appended
+    assert sent[("agent_turn", last.attributes["turn"])]["input.value"] == whole
+    tokenizer = AutoTokenizer.from_pretrained(verl_files["model"])  # the rebuilt text is the prompt verl sent
+    assert len(tokenizer(whole, add_special_tokens=False).input_ids) == last.attributes["prompt_tokens"]
+    otlp = sent[("agent_session", None)]
+    assert (otlp["input.value"], otlp["output.value"]) == (first.attributes["input"], harness.FINAL_ANSWER)
+    chat = sent[("agent_turn", last.attributes["turn"])]
     assert json.loads(chat["gen_ai.output.messages"])[0]["parts"][0]["content"] == harness.FINAL_ANSWER
-    assert chat["input.value"] == last.attributes["input"] and chat["output.value"] == harness.FINAL_ANSWER
+    assert chat["output.value"] == harness.FINAL_ANSWER and "input.appended" not in chat
     tool = generic_span(tools["add_numbers"]).attributes
     assert (tool["gen_ai.tool.call.result"], json.loads(tool["input.value"])) == ("42", {"a": 40, "b": 2})
 
@@ -81,21 +94,27 @@ def test_without_token2text_no_text_is_recorded(verl_files: dict[str, Path]) -> 
 def test_record_text_turns_the_conversation_on_by_itself(verl_files: dict[str, Path]) -> None:
     with capture_spans(record_text=True) as capture:
         spans = tool_loop(verl_files, capture)
-    (session,) = [s for s in spans if s.name == "agent_session"]
-    assert session.attributes["output"] == harness.FINAL_ANSWER
     assert [t.attributes["content"] for t in turns(spans, "generate")] == [TOOL_ANSWER, harness.FINAL_ANSWER]
+    assert otlp_view(spans)[("agent_session", None)]["output.value"] == harness.FINAL_ANSWER
 
 
 def test_text_is_cut_and_redacted_like_every_attribute(verl_files: dict[str, Path]) -> None:
-    with capture_spans(record_text=True, max_attribute_length=12, redact_attributes=["output"]) as capture:
+    with capture_spans(record_text=True, max_attribute_length=12) as capture:
         spans = tool_loop(verl_files, capture)
-    (session,) = [s for s in spans if s.name == "agent_session"]
-    assert session.attributes["output"] == "[REDACTED]"
-    last = turns(spans, "generate")[-1]
+    first, last = turns(spans, "generate")
     assert (
         last.attributes["content"].startswith(harness.FINAL_ANSWER[:12]) and "truncated" in last.attributes["content"]
     )
-    assert last.attributes["input"].startswith("<|im_start|>") and "truncated" in last.attributes["input"]
+    assert first.attributes["input"].startswith("<|im_start|>") and "truncated" in first.attributes["input"]
+    assert "truncated" in otlp_view(spans)[("agent_turn", last.attributes["turn"])]["input.value"]
+    # redacting `input` redacts what a turn stores of its input, and the input rebuilt from it
+    with capture_spans(record_text=True, redact_attributes=["input"]) as capture:
+        spans = tool_loop(verl_files, capture)
+    first, last = turns(spans, "generate")
+    assert first.attributes["input"] == last.attributes["input.appended"] == "[REDACTED]"
+    sent = otlp_view(spans)
+    assert sent[("agent_turn", last.attributes["turn"])]["input.value"] == "[REDACTED]"
+    assert sent[("agent_session", None)]["input.value"] == "[REDACTED]"
 
 
 # --------------------------------------------------------------------------- failed tool calls

@@ -8,7 +8,6 @@ reads the same directory as it is.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 import harness
 import pytest
 
+from verl_otel_bridge._internal.captures.read import read_records
 from verl_otel_bridge._internal.verl import destination
 
 CLI = Path(sys.executable).parent / "verl-otel-bridge"
@@ -34,19 +34,22 @@ def test_the_example_writes_the_default_directory_says_so_once_and_reports_on_it
     )
     assert done.returncode == 0, done.stderr[-4000:]
     directory = destination.default_dir(env)
-    (path,) = directory.iterdir()
-    assert path.name.startswith("spans-") and f"-{os.getpid()}-" not in path.name  # the example's own process
+    (run_dir,) = directory.iterdir()  # the run folder: the experiment, the process's start, a random part
+    (path,) = (run_dir / "global_steps=1").iterdir()
+    assert run_dir.name.startswith("exp-") and path.name.endswith(".jsonl.gz")
+    assert f"-{os.getpid()}-" not in path.name  # the example's own process
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o600
     said = [line for line in done.stderr.splitlines() if "verl_otel_bridge" in line]
     assert len(said) == 1, done.stderr[-4000:]
     # verl's logging format, at its default level: "WARNING:<time>:<message>"
     assert said[0].startswith("WARNING:") and "verl_otel_bridge: no destination is configured for spans" in said[0]
-    assert str(path) in said[0] and "VERL_OTEL_BRIDGE_EXPORTER=otlp with OTEL_EXPORTER_OTLP_ENDPOINT" in said[0]
-    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert str(run_dir) in said[0] and "VERL_OTEL_BRIDGE_EXPORTER=otlp with OTEL_EXPORTER_OTLP_ENDPOINT" in said[0]
+    records = read_records(path).records
     assert len(records) == SPANS
     assert sorted(r["attributes"]["sample"] for r in records if r["name"] == "agent_session") == [
         "100", "100", "101", "101", "102", "102", "103", "103"
     ]  # fmt: skip
+    directory = run_dir
     report = done.stdout.split(f"$ verl-otel-bridge report {directory}\n", 1)[1]
     assert f"{SPANS} spans in sessions from 1 files" in report, done.stdout
     step = next(line.split() for line in report.splitlines() if line.strip().startswith("1 "))

@@ -54,9 +54,11 @@ def test_agent_loop_manager_on_ray_traces_every_trajectory_under_the_trainers_st
     # Only verl's switch is set: the worker writes to the default directory, a private file of its own, and its
     # log says so once. Each generate_sequences exports its spans before it returns: nothing to wait for.
     ((pid, said),) = bridge_warnings().items()
-    (path,) = verl_files["spans"].iterdir()
-    assert path.name.startswith("spans-") and f"-{pid}-" in path.name
-    assert len(said) == 1 and str(path) in said[0] and f"verl-otel-bridge report {verl_files['spans']}" in said[0]
+    (run_dir,) = verl_files["spans"].iterdir()  # one run folder: the experiment and Ray's job id
+    assert run_dir.name.startswith("exp-ray-job-")
+    (path,) = (run_dir / "global_steps=11").iterdir()
+    assert path.name.endswith(f"-{pid}-000000.jsonl.gz")
+    assert len(said) == 1 and str(run_dir) in said[0] and f"verl-otel-bridge report {run_dir}" in said[0]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     spans = harness.worker_spans(verl_files["spans"])
     calls = ray.get(loop.server.get_calls.remote(), timeout=60)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import types
@@ -182,7 +183,7 @@ def test_report_shows_each_steps_phase_breakdown_beside_its_sessions(training_st
     text = CliRunner().invoke(cli.build_cli(), ["report", capture], catch_exceptions=False)
     assert text.exit_code == 0, text.output
     assert text.output.count("phases: training_step") == len(STEPS)
-    gen_rows = [line.split() for line in text.output.splitlines() if line.split()[:1] == ["gen"]]
+    gen_rows = [line.split() for line in text.output.splitlines() if re.fullmatch(r"gen +[\d.]+ +\d+%.*", line.strip())]
     assert len(gen_rows) == len(STEPS) and all(row[2].endswith("%") and row[3] == "4" for row in gen_rows)
     page = render_html(report)
     assert page.count('<svg class="timeline"') == len(STEPS)

@@ -389,6 +389,25 @@ class BridgeConfig:
         "File the jsonl exporter appends to.",
         check=lambda value: None if value else "must name a file.",
     )
+    # -- the capture layout of exporter jsonl (docs/protocol.md#capture-directories) --
+    capture_dir: str | None = _setting(
+        None,
+        OPTIONAL_STR,
+        "Directory of run folders the jsonl exporter writes (unset: the one file jsonl_path).",
+        check=lambda value: "must name a directory (or be unset: the file jsonl_path)." if value == "" else None,
+    )
+    capture_run: str | None = _setting(
+        None, OPTIONAL_STR, "The run folder's name in capture_dir (unset: derived, the same in every process of a run)."
+    )
+    capture_rotate_bytes: int = _setting(
+        64 * 1024 * 1024, INT, "A capture file is closed and the next one begun past this size.", check=_at_least_1
+    )
+    capture_max_bytes: int | None = _setting(
+        None,
+        OPTIONAL_INT,
+        "A run folder's disk budget: past it its oldest steps go (unset: a quarter of the free space; 0: none).",
+        check=lambda value: "must not be negative (0: no budget)." if value is not None and value < 0 else None,
+    )
     otlp_endpoint: str | None = _setting(
         None,
         OPTIONAL_STR,
@@ -554,6 +573,13 @@ class BridgeConfig:
         check=lambda value: (
             None if math.isfinite(value) and value >= 0 else "must be 0 (off) or a positive, finite number."
         ),
+    )
+
+    console_format: str = _setting(
+        "text",
+        STR,
+        "How the console exporter prints spans: text (readable lines, a session's spans together) or json (records).",
+        check=_one_of(("text", "json")),
     )
 
     def __post_init__(self) -> None:

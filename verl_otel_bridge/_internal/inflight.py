@@ -9,7 +9,8 @@ background thread of its own:
   the identity, elapsed time, turns so far and the last span started) for every
   session open longer than ``progress_interval_s``, once per interval;
 * logs, at most once per step, the sessions open longer than
-  ``straggler_factor`` times the median duration of their step's finished sessions.
+  ``straggler_factor`` times the median duration of their step's finished sessions
+  and longer than the straggler rule's floor (:mod:`~verl_otel_bridge._internal.stragglers`).
 
 At shutdown the sessions still open are ended with ``status="unfinished"`` and
 counted (``unfinished``); ended like any span, they keep the accounting equation.
@@ -49,6 +50,7 @@ from verl_otel_bridge._internal.protocol import (
     UNFINISHED,
 )
 from verl_otel_bridge._internal.status import OpenSessionsStatus
+from verl_otel_bridge._internal.stragglers import StragglerRule
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +123,7 @@ class InflightSessions(SpanProcessor):
         self._counts = counts
         self._interval_ns = int(progress_interval_s * _NS)
         self._factor = straggler_factor
+        self._rule = StragglerRule(straggler_factor)
         self._tracer: Tracer | None = None
         self._closed = False
         self._reset()
@@ -262,7 +265,7 @@ class InflightSessions(SpanProcessor):
             if step in self._warned or len(durations) < MIN_FINISHED_FOR_MEDIAN:
                 continue
             median = statistics.median(durations)
-            limit_ns = self._factor * median * _NS
+            limit_ns = (self._rule.limit_s(median) or 0.0) * _NS
             late = [s for s in sessions if s.step == step and now_ns - s.start_ns > limit_ns]
             if not late:
                 continue
@@ -271,11 +274,12 @@ class InflightSessions(SpanProcessor):
             shown = "; ".join(_late_text(s.describe(now_ns)) for s in late[:OLDEST_SHOWN])
             more = f" (and {len(late) - OLDEST_SHOWN} more)" if len(late) > OLDEST_SHOWN else ""
             logger.warning(
-                "step %s: %d sessions open longer than %g x the step's median session (%.3f s): %s%s",
+                "step %s: %d sessions open longer than %g x the step's median session (%.3f s) and than %g s: %s%s",
                 step,
                 len(late),
                 self._factor,
                 median,
+                self._rule.min_s,
                 shown,
                 more,
             )

@@ -164,6 +164,13 @@ KNOWN_STATUSES = (SUCCESS, *FAILED_STATUSES, UNFINISHED)
 
 INPUT = "input"
 OUTPUT = "output"
+#: A generate turn that continues its trajectory's previous generate turn records only what was appended to
+#: that turn's prompt and response (tool replies, template text), and which turn it continues; readers and
+#: ``exporter: otlp`` rebuild its whole ``input`` (:mod:`verl_otel_bridge._internal.conversation`).
+INPUT_APPENDED = "input.appended"
+INPUT_AFTER_TURN = "input.after_turn"
+#: What ``redact_attributes`` makes a value (a conversation rebuilt from a redacted piece is redacted whole).
+REDACTED = "[REDACTED]"
 
 # -- the generic vocabulary: what ``exporter: otlp`` adds for OpenInference / GenAI backends ---
 

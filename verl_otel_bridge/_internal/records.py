@@ -14,12 +14,9 @@ Times are integer nanoseconds since the epoch, so nothing is lost to rounding.
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
 from operator import attrgetter
-from pathlib import Path
 from typing import IO, Any
 
 from opentelemetry.attributes import BoundedAttributes
@@ -29,6 +26,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from verl_otel_bridge._internal.attributes import attributes_dict, held_attributes, span_attributes, span_events
+from verl_otel_bridge._internal.protocol import INPUT, INPUT_APPENDED, REDACTED
 
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -260,28 +258,24 @@ def parse_json(text: str | bytes) -> Any:
         raise ValueError("nested too deeply to read") from None
 
 
-@dataclass
-class ReadResult:
-    """What :func:`read_records` found: good records and the bad lines (number, reason)."""
-
-    records: list[dict[str, Any]] = field(default_factory=list)
-    bad: list[tuple[int, str]] = field(default_factory=list)
-
-
 def iter_lines(stream: IO[bytes]) -> Iterator[tuple[int, int, dict[str, Any] | None, str | None]]:
-    """``(line number, bytes read, record or None, error or None)`` for each non-blank line."""
+    """``(line number, bytes read, record or None, error or None)`` for each non-blank line of a stream the
+    bridge wrote itself (the spill's); captures are read by :mod:`verl_otel_bridge._internal.captures.read`."""
     for number, raw in enumerate(stream, start=1):
-        size = len(raw)
-        text = raw.strip()
-        if not text:
+        if not raw.strip():
             continue
-        try:
-            record = parse_json(text.decode("utf-8"))
-        except ValueError as exc:
-            yield number, size, None, f"not JSON ({exc})"
-            continue
-        problem = _record_problem(record)
-        yield number, size, (None if problem else record), problem
+        record, problem = parse_record(raw)
+        yield number, len(raw), record, problem
+
+
+def parse_record(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """One line of JSON Lines as a span record, or None and why it is not one."""
+    try:
+        record = parse_json(line.strip().decode("utf-8"))
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    problem = _record_problem(record)
+    return (None, problem) if problem else (record, None)
 
 
 def _record_problem(record: Any) -> str | None:
@@ -298,43 +292,16 @@ def _record_problem(record: Any) -> str | None:
     return None
 
 
-def capture_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
-    """The JSONL files ``paths`` name: a file as it is, a directory as its ``*.jsonl`` files (sorted, not
-    recursive), e.g. the verl plugin's default directory with one file per process.
-
-    Raises:
-        ValueError: a directory holds no ``*.jsonl`` file.
-    """
-    files: list[Path] = []
-    for given in map(Path, paths):
-        if given.is_dir():
-            found = sorted(p for p in given.glob("*.jsonl") if p.is_file())
-            if not found:
-                raise ValueError(f"{given} holds no *.jsonl file")
-            files += found
-        else:
-            files.append(given)
-    return files
-
-
-def read_records(path: str | os.PathLike[str]) -> ReadResult:
-    """Parse a JSONL capture; lines that are not span records are counted, not fatal."""
-    result = ReadResult()
-    with open(path, "rb") as stream:
-        for number, _size, record, problem in iter_lines(stream):
-            if record is None:
-                result.bad.append((number, problem or "unreadable"))
-            else:
-                result.records.append({"attributes": {}, **record})
-    return result
-
-
-#: What a redacted value becomes.
-REDACTED = "[REDACTED]"
+def redaction_keys(keys: Iterable[str]) -> frozenset[str]:
+    """The attribute keys ``redact_attributes`` names, as they are stored: ``input`` is also a generate
+    turn's ``input.appended`` (a turn records what it appended to the conversation, docs/protocol.md)."""
+    keys = frozenset(keys)
+    return keys | {INPUT_APPENDED} if INPUT in keys else keys
 
 
 def redact(span: ReadableSpan, keys: frozenset[str]) -> ReadableSpan:
-    """``span``, or a copy of it whose span and event attributes under ``keys`` are ``[REDACTED]``."""
+    """``span``, or a copy of it whose span and event attributes under ``keys`` (see :func:`redaction_keys`) are
+    ``[REDACTED]``."""
     attributes = span.attributes or {}
     events = span.events
     if not keys.intersection(attributes) and not any(keys.intersection(e.attributes or {}) for e in events):

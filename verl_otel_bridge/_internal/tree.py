@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from verl_otel_bridge._internal.protocol import IDENTITY_KEYS
+from verl_otel_bridge._internal.protocol import CONTENT, IDENTITY_KEYS, INPUT, INPUT_APPENDED, OUTPUT, TOOL_ARGS
 from verl_otel_bridge._internal.records import span_to_record
 
 _SHOWN_IDENTITY = ("sample", "session", "traj", "global_steps", "uid")
@@ -18,6 +18,8 @@ _ESCAPED = {
     code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
     for code in (*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 }
+#: The attributes that hold a conversation's text: ``show --text`` prints them whole under their span.
+TEXT_KEYS = (INPUT, INPUT_APPENDED, TOOL_ARGS, CONTENT, OUTPUT)
 # Bookkeeping and GenAI twins of attributes already shown.
 _HIDDEN_PREFIXES = ("monitor.", "gen_ai.", "otel.")
 
@@ -37,13 +39,16 @@ def display(value: Any) -> str:
         return f"<{type(value).__name__}>"
 
 
-def render_tree(spans: Iterable[ReadableSpan | Mapping[str, Any]], *, max_attributes: int = 6) -> str:
+def render_tree(
+    spans: Iterable[ReadableSpan | Mapping[str, Any]], *, max_attributes: int = 6, text_keys: Sequence[str] = ()
+) -> str:
     """An indented tree of ``spans`` (SDK spans or JSONL records), children under parents.
 
     Each line shows the name, the duration, the identity (sample, session,
     traj, global_steps, uid) and up to ``max_attributes`` other attributes
     (``gen_ai.*``, ``monitor.*``, ``otel.*`` and empty values are left out). Spans whose
-    parent is not among ``spans`` are shown as roots, ordered by start.
+    parent is not among ``spans`` are shown as roots, ordered by start. Under each
+    span, the ``text_keys`` it has, whole (each line indented, control characters escaped).
     """
     records = [span if isinstance(span, Mapping) else span_to_record(span) for span in spans]
     ids = {r["span_id"] for r in records}
@@ -67,6 +72,13 @@ def render_tree(spans: Iterable[ReadableSpan | Mapping[str, Any]], *, max_attrib
             shown.add(id(record))
             attributes = record.get("attributes") or {}
             lines.append("  " * depth + printable(_line(record, attributes, _identity(attributes), max_attributes)))
+            for key in text_keys:
+                value = attributes.get(key)
+                if value is not None:
+                    indent = "  " * (depth + 2)
+                    text = display(value).replace("\r\n", "\n")
+                    lines.append(f"{indent}{key}:")
+                    lines.extend(indent + "  " + printable(part) for part in text.split("\n"))
             stack.extend((child, depth + 1) for child in reversed(children.get(record["span_id"], [])))
     return "\n".join(lines)
 

@@ -43,6 +43,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 
 from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events
+from verl_otel_bridge._internal.conversation import Conversations
 from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.protocol import (
     CONTENT,
@@ -312,10 +313,12 @@ def reward_events(span: ReadableSpan, attributes: Mapping[str, Any] | None = Non
 
 
 class Translator:
-    """Translates spans one by one (:func:`generic_parts`), remembering across spans what it can.
+    """Translates spans (:func:`generic_parts`), remembering across spans what it can.
 
     ``project`` (the configured one) names the Phoenix project of spans whose identity has none.
-    A span it cannot translate gives None (it goes out as it was) and is logged once per kind.
+    A span it cannot translate goes out as it was, logged once per kind. :meth:`batch` also gives
+    each generate turn its whole input, rebuilt from the conversation stored once
+    (:mod:`verl_otel_bridge._internal.conversation`): backends show one LLM call at a time.
     """
 
     def __init__(self, project: str | None = None) -> None:
@@ -323,7 +326,12 @@ class Translator:
         # project -> (resource, resource with that project): spans share their provider's resource
         self._resources: dict[str, tuple[Resource, Resource]] = {}
         self._plans = KeyPlans()
+        self._conversations = Conversations()
         self._once = OnceLogger(logger)
+
+    def batch(self, spans: Sequence[ReadableSpan]) -> list[GenericParts]:
+        """The translated parts of each of ``spans``, in order, conversations rebuilt whole."""
+        return [self(span) or as_it_is(span) for span in self._conversations.spans(spans)]
 
     def __call__(self, span: ReadableSpan) -> GenericParts | None:
         """``span``'s translated parts; None when it cannot be translated."""
@@ -342,6 +350,11 @@ class Translator:
         merged = with_project(resource, project)
         self._resources[project] = (resource, merged)
         return merged
+
+
+def as_it_is(span: ReadableSpan) -> GenericParts:
+    """``span``'s own attributes, events and resource, as the parts it is sent with untranslated."""
+    return {"attributes": span_attributes(span), "events": span_events(span), "resource": span.resource}
 
 
 def with_project(resource: Resource, project: str) -> Resource:

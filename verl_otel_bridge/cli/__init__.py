@@ -1,4 +1,4 @@
-"""The ``verl-otel-bridge`` command: ``doctor``, ``demo``, ``show``, ``report``, ``replay``."""
+"""The ``verl-otel-bridge`` command: ``doctor``, ``demo``, ``show``, ``report``, ``watch``, ``replay``."""
 
 from verl_otel_bridge.cli.app import main
 

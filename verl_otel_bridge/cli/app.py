@@ -1,4 +1,4 @@
-"""The ``verl-otel-bridge`` command: ``doctor``, ``demo``, ``show`` and ``replay``.
+"""The ``verl-otel-bridge`` command: ``doctor``, ``demo``, ``show``, ``report``, ``watch`` and ``replay``.
 
 ``doctor``
     Installed versions, the resolved configuration and where each value came
@@ -8,18 +8,20 @@
     when RL-Insight is unusable), 1 otherwise; ``--json`` for scripts.
 ``demo``
     The simulated, traced agent loop of :mod:`verl_otel_bridge.cli.demo`.
-``show CAPTURE...``
-    The span tree of JSON Lines captures (``exporter: jsonl``; a directory: its ``*.jsonl``).
-``replay FILE.jsonl --to rl_insight|otlp|console``
-    Re-export a capture recorded offline, with the original ids and times.
+``show CAPTURE... [--text] [--step N]``
+    The span tree of captures (``exporter: jsonl``: files, run folders, step folders), the conversation rebuilt.
+``replay CAPTURE... --to rl_insight|otlp|console``
+    Re-export captures recorded offline, with the original ids and times.
 ``report CAPTURE... [--html OUT] [--step N]``
-    Per step (files or directories, as ``show``): the slowest sessions, unfinished and hung ones, errors, zero-advantage
+    Per step (captures as ``show`` reads them): the slowest sessions, unfinished and hung ones, errors, zero-advantage
     groups, reward against duration and turns (:mod:`verl_otel_bridge._internal.report`).
+``watch CAPTURE... [--once]``
+    The newest step of captures while they are written, refreshed in place (:mod:`verl_otel_bridge._internal.watch`).
 
 The command line needs the ``cli`` extra (``click`` and ``rich``). They are
 imported only inside :func:`main` and :func:`build_cli`, so the functions that
 do the work (:func:`verl_otel_bridge.cli.doctor.diagnose`,
-:func:`verl_otel_bridge._internal.records.read_records`,
+:class:`verl_otel_bridge._internal.captures.read.CaptureRecords`,
 :func:`verl_otel_bridge.cli.replay.replay_records`) are usable without them.
 """
 
@@ -32,14 +34,15 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from verl_otel_bridge._internal.accounting import SpanCounts
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.private_files import open_private_output
-from verl_otel_bridge._internal.records import capture_files, read_records
+from verl_otel_bridge._internal.stragglers import DEFAULT_MIN_S
+from verl_otel_bridge._internal.watch.live import DEFAULT_IDLE_AFTER_S
 from verl_otel_bridge._version import __version__, install_command
 from verl_otel_bridge.cli.doctor import SERVER_TIMEOUT_S, diagnose
 from verl_otel_bridge.cli.replay import replay_pipeline, replay_records, start_ray_for
@@ -52,6 +55,9 @@ INSTALL_HINT = install_command("cli")
 
 #: Files at least this large get a progress bar in ``replay``.
 PROGRESS_MIN_BYTES = 1 << 20
+#: What ``show`` keeps to draw its tree at most: spans, and their bytes as read (it reads on and counts the rest).
+MAX_SHOWN_SPANS = 100_000
+MAX_SHOWN_BYTES = 256 * 1024 * 1024
 
 
 # -- command line ----------------------------------------------------------------
@@ -134,42 +140,71 @@ def build_cli() -> click.Group:
 
         demo_main(output)
 
-    def not_captures(files: Sequence[str]) -> click.ClickException:
-        listed = ", ".join(files)
+    def no_spans(paths: Sequence[Path], skipped: Sequence[tuple[str, str]]) -> click.ClickException:
+        why = "; ".join(f"{path}: {reason}" for path, reason in skipped[:5]) or "no capture file in them"
         return click.ClickException(
-            f"not a capture (no span record in it; a capture is the JSON Lines file of exporter: jsonl): {listed}"
+            f"no span record in {', '.join(map(str, paths))} (a capture is what exporter jsonl writes: a run "
+            f"folder, a step folder, or *.jsonl / *.jsonl.gz files); {why}"
         )
+
+    def straggler_options(command: Callable[..., None]) -> Callable[..., None]:
+        """``--straggler-factor`` and ``--straggler-min-s``: the straggler rule of ``report`` and ``watch``."""
+        factor = click.option(
+            "--straggler-factor",
+            default=BridgeConfig.straggler_factor,
+            show_default=True,
+            type=click.FloatRange(min=0, min_open=True),
+            help="A finished session slower than this many times its step's median is a straggler ...",
+        )
+        floor = click.option(
+            "--straggler-min-s",
+            default=DEFAULT_MIN_S,
+            show_default=True,
+            type=click.FloatRange(min=0),
+            help="... when it is also longer than this many seconds.",
+        )
+        return factor(floor(command))
 
     @cli.command(short_help="Print the span tree of JSONL captures.")
     @click.argument("captures", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
     @click.option(
         "--max-attributes", default=6, show_default=True, type=click.IntRange(min=0), help="Attributes shown per span."
     )
-    def show(captures: tuple[Path, ...], max_attributes: int) -> None:
-        """Print the span tree of JSON Lines captures (exporter: jsonl); bad lines are counted, not fatal.
+    @click.option("--text", "with_text", is_flag=True, help="Also print each span's text (the conversation) whole.")
+    @click.option("--step", type=int, default=None, help="Only this global_steps value's folder of a run.")
+    def show(captures: tuple[Path, ...], max_attributes: int, with_text: bool, step: int | None) -> None:
+        """Print the span tree of captures (exporter: jsonl); bad lines and files without spans are said, not fatal.
 
-        CAPTURE are files or directories (a directory: its *.jsonl files), e.g. one per worker.
+        CAPTURE are files (*.jsonl, *.jsonl.gz) or folders: a run folder, a step folder, a folder of them.
+        Each generate turn's input is rebuilt whole (the capture stores each turn's new text once).
         """
-        from verl_otel_bridge._internal.tree import display, render_tree
+        from verl_otel_bridge._internal.captures.read import CaptureRecords, find_captures
+        from verl_otel_bridge._internal.tree import TEXT_KEYS, display, render_tree
 
+        found = find_captures(captures, step=step)
+        reading = CaptureRecords(found.files)
         records: list[dict[str, Any]] = []
-        bad: list[tuple[str, int, str]] = []
-        empty: list[str] = []
-        for file in _capture_files(captures):
-            result = read_records(file)
-            records.extend(result.records)
-            bad.extend((str(file), number, problem) for number, problem in result.bad)
-            if not result.records:
-                empty.append(str(file))
-        if empty:
-            raise not_captures(empty)
-        _report_bad(err(), bad)
-        for line in render_tree(records, max_attributes=max_attributes).splitlines():
+        kept_bytes = left_out = 0
+        for record in reading:
+            if len(records) >= MAX_SHOWN_SPANS or kept_bytes >= MAX_SHOWN_BYTES:
+                left_out += 1  # read on, for the counts, but keep no more
+                continue
+            records.append(record)
+            kept_bytes += reading.last_size
+        skipped = [*found.skipped, *reading.empty]
+        if not records:
+            raise no_spans(captures, skipped)
+        console = err()
+        _report_bad(console, reading.bad_examples, reading.bad_lines)
+        _report_skipped(console, skipped, found.skipped_count + len(reading.empty))
+        tree = render_tree(records, max_attributes=max_attributes, text_keys=TEXT_KEYS if with_text else ())
+        for line in tree.splitlines():
             # Line by line, buffered: one large write cut short by a closed pipe can return without an error.
             sys.stdout.write(f"{line}\n")
         sys.stdout.flush()
         traces = len({display(r.get("trace_id")) for r in records})
-        err().print(Text(f"{len(records)} spans in {traces} traces; {len(bad)} bad lines"))
+        more = f"; {left_out} more spans read but not shown (narrow the captures, e.g. --step)" if left_out else ""
+        console.print(Text(f"{len(records)} spans in {traces} traces; {reading.bad_lines} bad lines{more}"))
 
     @cli.command(short_help="Per-step stragglers, hung sessions, errors and rewards of JSONL captures.")
     @click.argument("captures", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
@@ -179,20 +214,23 @@ def build_cli() -> click.Group:
     @click.option("--step", type=int, default=None, help="Only this global_steps value.")
     @click.option("--top", default=5, show_default=True, type=click.IntRange(min=1), help="Slowest sessions per step.")
     @click.option(
-        "--straggler-factor",
-        default=BridgeConfig.straggler_factor,
-        show_default=True,
-        type=click.FloatRange(min=0, min_open=True),
-        help="A session slower than this many times its step's median is a straggler.",
+        "--text", "with_text", is_flag=True, help="Also print each slowest session's first input and last output."
     )
+    @straggler_options
     def report(
-        captures: tuple[Path, ...], html_out: Path | None, step: int | None, top: int, straggler_factor: float
+        captures: tuple[Path, ...],
+        html_out: Path | None,
+        step: int | None,
+        top: int,
+        with_text: bool,
+        straggler_factor: float,
+        straggler_min_s: float,
     ) -> None:
         """Per global_steps: sessions, duration p50/p90/max, the slowest sessions, unfinished and hung sessions,
         errors, groups of one uid whose rewards are all equal, and reward against duration and turns.
 
-        CAPTURE are JSON Lines files (exporter: jsonl) or directories (their *.jsonl files), e.g. one per
-        worker; they are streamed.
+        CAPTURE are files (*.jsonl, *.jsonl.gz) or folders: a run folder, a step folder (--step N opens only
+        that step's folder of a run), a folder of runs; they are streamed. Files without spans are skipped and said.
         """
         from verl_otel_bridge._internal.report.text import renderables
         from verl_otel_bridge.report import build_report
@@ -201,14 +239,16 @@ def build_cli() -> click.Group:
             problem = _unwritable(html_out)
             if problem is not None:
                 raise click.BadParameter(f"{html_out}: {problem}", param_hint="--html")
-        built = build_report(_capture_files(captures), step=step, top=top, straggler_factor=straggler_factor)
-        if built.not_captures:
-            raise not_captures(built.not_captures)
+        built = build_report(
+            captures, step=step, top=top, straggler_factor=straggler_factor, straggler_min_s=straggler_min_s
+        )
+        if not built.records:
+            raise no_spans(captures, built.skipped)
         if step is not None and not built.steps:
             present = ", ".join(str(s) if s != "" else "(no global_steps)" for s in built.steps_present) or "none"
             raise click.ClickException(f"no step {step} in these captures; the steps present: {present}")
         console = out()
-        for part in renderables(built):
+        for part in renderables(built, text=with_text):
             console.print(part)
         if html_out is not None:
             from verl_otel_bridge._internal.report.html import render_html
@@ -220,8 +260,66 @@ def build_cli() -> click.Group:
                 raise click.ClickException(f"--html {html_out}: cannot write it ({exc.strerror or exc})") from None
             err().print(Text(f"wrote {html_out}"))
 
-    @cli.command(short_help="Re-export a JSONL capture to RL-Insight, OTLP or the console.")
-    @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @cli.command(short_help="Watch captures as they are written: the newest step, hung sessions, errors.")
+    @click.argument("captures", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+    @click.option("--once", is_flag=True, help="Print one snapshot of what the captures hold now, and exit.")
+    @click.option(
+        "--interval",
+        default=1.0,
+        show_default=True,
+        type=click.FloatRange(min=0.05, max=3600),
+        help="Seconds between refreshes.",
+    )
+    @click.option(
+        "--hung-after",
+        default=DEFAULT_IDLE_AFTER_S,
+        show_default=True,
+        type=click.FloatRange(min=0),
+        help="An open session whose last span started longer ago than this many seconds looks hung.",
+    )
+    @click.option("--top", default=5, show_default=True, type=click.IntRange(min=1), help="Slowest sessions kept.")
+    @straggler_options
+    @click.pass_context
+    def watch(
+        ctx: click.Context,
+        captures: tuple[Path, ...],
+        once: bool,
+        interval: float,
+        hung_after: float,
+        top: int,
+        straggler_factor: float,
+        straggler_min_s: float,
+    ) -> None:
+        """Follow JSON Lines captures while a run writes them (files, *.jsonl or *.jsonl.gz, or folders: a run
+        folder, a step folder, a folder of runs, whose new files are followed too) and show, about once per
+        interval, the newest step: sessions finished and open, rates, durations, reward, zero-advantage groups,
+        hung sessions, the slowest and stragglers, errors by type and tool, the trainer's phases and the previous
+        step in one line.
+
+        Without a terminal it prints one plain line per interval. Ctrl-C or SIGTERM ends it (exit code 0).
+        """
+        from verl_otel_bridge._internal.stragglers import StragglerRule
+        from verl_otel_bridge._internal.watch import loop, screen
+        from verl_otel_bridge._internal.watch.follow import Follower
+        from verl_otel_bridge._internal.watch.live import LiveView
+
+        follower = Follower(list(captures))
+        view = LiveView(rule=StragglerRule(straggler_factor, straggler_min_s), idle_after_s=hung_after, top=top)
+        title = " ".join(str(c) for c in captures)
+        console = out()
+        if once:
+            loop.catch_up(follower, view)
+            snapshot = loop.snapshot_now(view)
+            if not view.builder.records:
+                raise no_spans(captures, sorted(snapshot.broken))
+            for part in screen.renderables(snapshot, title):
+                console.print(part)
+            return
+        loop.run(console, follower, view, title=title, interval_s=interval)
+        ctx.exit(0)
+
+    @cli.command(short_help="Re-export JSONL captures to RL-Insight, OTLP or the console.")
+    @click.argument("captures", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
     @click.option(
         "--to",
         "target",
@@ -235,6 +333,7 @@ def build_cli() -> click.Group:
         default=None,
         help="Spans per export call [default: max_export_batch_size, 512].",
     )
+    @click.option("--step", type=int, default=None, help="Only this global_steps value's folder of a run.")
     @click.option(
         "--init-ray/--no-init-ray",
         default=True,
@@ -242,9 +341,19 @@ def build_cli() -> click.Group:
         help="For rl_insight: start Ray if RL-Insight needs it and it is not running.",
     )
     @click.pass_context
-    def replay(ctx: click.Context, file: Path, target: str, batch_size: int | None, init_ray: bool) -> None:
-        """Re-export a JSONL capture, with its original ids and times, to RL-Insight, OTLP or the console."""
+    def replay(
+        ctx: click.Context,
+        captures: tuple[Path, ...],
+        target: str,
+        batch_size: int | None,
+        step: int | None,
+        init_ray: bool,
+    ) -> None:
+        """Re-export captures (files, run or step folders), with their original ids and times, to RL-Insight,
+        OTLP or the console."""
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        from verl_otel_bridge._internal.captures.read import find_captures
 
         console = err()
         try:
@@ -252,9 +361,12 @@ def build_cli() -> click.Group:
         except ValueError as exc:
             console.print(Text(str(exc)))
             ctx.exit(2)
+        found = find_captures(captures, step=step)
+        if not found.files:
+            raise no_spans(captures, found.skipped)
         counts = SpanCounts()
         try:
-            # The console exporter writes to the stdout it is built with: one that ends the replay
+            # The console destination writes to the stdout it is built with: one that ends the replay
             # when its reader goes away (``replay --to console | head``).
             with contextlib.redirect_stdout(UntilReaderGone(sys.stdout)):
                 pipeline = replay_pipeline(config, target, counts)
@@ -267,7 +379,7 @@ def build_cli() -> click.Group:
                 ray = start_ray_for(config, lambda line: console.print(Text(line)))
             except Exception as exc:  # noqa: BLE001 - without Ray, spans go to the fallback and the summary says so
                 console.print(Text(f"starting Ray failed ({type(exc).__name__}: {exc}); RL-Insight will be unusable"))
-        size = file.stat().st_size
+        size = sum(_size(file) for file in found.files)
         progress = Progress(
             TextColumn("replaying"),
             BarColumn(),
@@ -278,11 +390,11 @@ def build_cli() -> click.Group:
             disable=size < PROGRESS_MIN_BYTES,
         )
         try:
-            with progress, open(file, "rb") as stream:
+            with progress:
                 task = progress.add_task("replay", total=size)
                 assert pipeline.chain is not None  # replay_pipeline's config is enabled
                 summary = replay_records(
-                    stream,
+                    found.files,
                     pipeline.chain,
                     counts,
                     batch_size=batch_size or config.max_export_batch_size,
@@ -297,12 +409,14 @@ def build_cli() -> click.Group:
             if ray is not None:
                 with contextlib.suppress(Exception):
                     ray.shutdown()
-        _report_bad(console, [(str(file), number, problem) for number, problem in summary.bad])
-        table = Table(title=f"replay {file.name} -> {target}", show_header=True)
+        _report_bad(console, summary.bad, summary.bad_lines)
+        _report_skipped(console, [*found.skipped, *summary.empty], found.skipped_count + len(summary.empty))
+        title = captures[0].name if len(captures) == 1 else f"{len(captures)} captures"
+        table = Table(title=f"replay {title} -> {target}", show_header=True)
         for column in ("read", "bad lines", "exported", "fallback", "failed"):
             table.add_column(column, justify="right")
         table.add_row(
-            *(str(v) for v in (summary.read, len(summary.bad), summary.exported, summary.fallback, summary.failed))
+            *(str(v) for v in (summary.read, summary.bad_lines, summary.exported, summary.fallback, summary.failed))
         )
         console.print(table)
         if route is not None and summary.fallback:
@@ -320,7 +434,7 @@ def build_cli() -> click.Group:
 
 
 class ReaderGone(BaseException):
-    """Standard output's reader went away (``| head``). A ``BaseException``, so that it passes the exporters'
+    """Standard output's reader went away (``| head``). A ``BaseException``, so that it passes the destinations'
     guards (which count and log every ``Exception``) and ends the command instead of each later batch failing."""
 
 
@@ -351,17 +465,14 @@ def end_quietly(ctx: click.Context) -> NoReturn:
     ctx.exit(1)
 
 
-def _capture_files(paths: Sequence[Path]) -> list[Path]:
-    """:func:`capture_files`, its error as the command's."""
-    import click
-
+def _size(path: Path) -> int:
     try:
-        return capture_files(paths)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
-def _report_bad(console: Any, bad: Sequence[tuple[str, int, str]], shown: int = 5) -> None:
+def _report_bad(console: Any, bad: Sequence[tuple[str, int, str]], count: int, shown: int = 5) -> None:
     """The first ``shown`` bad lines as ``file:line: problem`` (the report's format too), then how many more."""
     from rich.text import Text
 
@@ -369,8 +480,20 @@ def _report_bad(console: Any, bad: Sequence[tuple[str, int, str]], shown: int = 
 
     for file, number, problem in bad[:shown]:
         console.print(Text(printable(f"{file}:{number}: {problem}")))
-    if len(bad) > shown:
-        console.print(Text(f"... and {len(bad) - shown} more bad lines"))
+    if count > min(shown, len(bad)):
+        console.print(Text(f"... and {count - min(shown, len(bad))} more bad lines"))
+
+
+def _report_skipped(console: Any, skipped: Sequence[tuple[str, str]], count: int, shown: int = 5) -> None:
+    """The first ``shown`` files skipped as ``skipped PATH: why``, then how many more."""
+    from rich.text import Text
+
+    from verl_otel_bridge._internal.tree import printable
+
+    for path, why in skipped[:shown]:
+        console.print(Text(printable(f"skipped {path}: {why}")))
+    if count > min(shown, len(skipped)):
+        console.print(Text(f"... and {count - min(shown, len(skipped))} more skipped"))
 
 
 def _unwritable(path: Path) -> str | None:

@@ -1,4 +1,4 @@
-"""``verl-otel-bridge replay``: re-export a JSON Lines capture with its original ids and times."""
+"""``verl-otel-bridge replay``: re-export captures with their original ids and times."""
 
 from __future__ import annotations
 
@@ -7,18 +7,20 @@ import dataclasses
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge._internal.accounting import FAILED, FALLBACK, SpanCounts
 from verl_otel_bridge._internal.assembly import Pipeline
+from verl_otel_bridge._internal.captures.read import MAX_LISTED, CaptureRecords
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.pipeline.chain import ExportChain
-from verl_otel_bridge._internal.records import iter_lines, record_to_span
+from verl_otel_bridge._internal.records import record_to_span
 from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge._version import distribution_version
 
@@ -27,10 +29,16 @@ from verl_otel_bridge._version import distribution_version
 
 @dataclass
 class ReplaySummary:
-    """Outcome of :func:`replay_records`: every span read lands in exactly one of exported, fallback, failed."""
+    """Outcome of :func:`replay_records`: every span read lands in exactly one of exported, fallback, failed.
+
+    ``bad`` names the first bad lines (``(file, line, problem)``; ``bad_lines`` counts them all),
+    ``empty`` the files that held no span record, with why.
+    """
 
     read: int = 0
-    bad: list[tuple[int, str]] = field(default_factory=list)
+    bad: list[tuple[str, int, str]] = field(default_factory=list)
+    bad_lines: int = 0
+    empty: list[tuple[str, str]] = field(default_factory=list)
     counters: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -47,18 +55,20 @@ class ReplaySummary:
 
 
 def replay_records(
-    stream: IO[bytes],
+    files: Sequence[str | os.PathLike[str]],
     chain: ExportChain,
     counts: SpanCounts,
     *,
     batch_size: int,
     on_progress: Callable[[int], None] | None = None,
 ) -> ReplaySummary:
-    """Read records from ``stream`` and hand them to ``chain`` in batches of ``batch_size``.
+    """Read the records of capture ``files`` (plain or gzip, in order) and hand them to ``chain`` in batches
+    of ``batch_size``, as they were stored (``exporter: otlp`` rebuilds each LLM call's whole input on its way out).
 
     ``chain`` counts its outcomes in ``counts`` (``exported.<name>``, ``fallback``,
     ``failed``); an exception from it counts the batch as failed. Lines that are not
-    records, or records that cannot be rebuilt, are listed in ``bad``.
+    records, or records that cannot be rebuilt, are bad lines; ``on_progress(n)`` gets
+    the bytes read as reading goes.
     """
     summary = ReplaySummary()
     batch: list[ReadableSpan] = []
@@ -72,16 +82,14 @@ def replay_records(
             counts.add(FAILED, len(batch))
         batch.clear()
 
-    for number, size, record, problem in iter_lines(stream):
-        if on_progress is not None:
-            on_progress(size)
-        if record is None:
-            summary.bad.append((number, problem or "unreadable"))
-            continue
+    reading = CaptureRecords(files, rebuild=False, on_bytes=on_progress)
+    for record in reading:
         try:
             span = record_to_span(record)
         except ValueError as exc:
-            summary.bad.append((number, str(exc)))
+            summary.bad_lines += 1
+            if len(summary.bad) < MAX_LISTED:
+                summary.bad.append((reading.summaries[-1].path, reading.last_line, str(exc)))
             continue
         summary.read += 1
         batch.append(span)
@@ -90,6 +98,9 @@ def replay_records(
     flush()
     with contextlib.suppress(Exception):
         chain.flush(30.0)
+    summary.bad_lines += reading.bad_lines
+    summary.bad = sorted([*reading.bad_examples, *summary.bad])[:MAX_LISTED]
+    summary.empty = reading.empty
     summary.counters = counts.snapshot()
     return summary
 
@@ -101,7 +112,8 @@ def replay_pipeline(config: BridgeConfig, target: str, counts: SpanCounts) -> Pi
     Raises:
         ValueError: ``target`` cannot be built (e.g. ``otlp`` without its extra, an unwritable jsonl fallback).
     """
-    return Pipeline(dataclasses.replace(config, exporter=target, spill_max_bytes=0), counts)
+    # --to console writes the records as they were read (JSON), whatever console_format says.
+    return Pipeline(dataclasses.replace(config, exporter=target, spill_max_bytes=0, console_format="json"), counts)
 
 
 def start_ray_for(config: BridgeConfig, say: Callable[[str], None]) -> Any:

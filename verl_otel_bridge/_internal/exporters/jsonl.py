@@ -1,4 +1,10 @@
-"""Appends one JSON line per span to a file (format: :mod:`verl_otel_bridge._internal.records`)."""
+"""The ``jsonl`` destination: a capture directory when ``capture_dir`` is set, else one file, ``jsonl_path``.
+
+The capture directory (a folder per run and per step, gzip files that rotate, a
+disk budget) is :class:`~verl_otel_bridge._internal.exporters.capture_dir.CaptureDir`;
+the one file is :class:`JsonlFile`, appended to (format:
+:mod:`verl_otel_bridge._internal.records`).
+"""
 
 from __future__ import annotations
 
@@ -10,13 +16,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import BinaryIO
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.captures.doctor import check_capture_dir
+from verl_otel_bridge._internal.captures.files import AppendFile, CutBack
+from verl_otel_bridge._internal.captures.layout import compressed
+from verl_otel_bridge._internal.captures.run import run_folder
 from verl_otel_bridge._internal.config import BridgeConfig, ConfigError
-from verl_otel_bridge._internal.exporters.destination import Outcome
+from verl_otel_bridge._internal.exporters.capture_dir import CaptureDir
+from verl_otel_bridge._internal.exporters.destination import Destination, Outcome
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.private_files import DIRECTORY_MODE, open_private_output
@@ -44,8 +54,40 @@ def opened_on_first_export() -> Iterator[None]:
         _OPEN_ON_FIRST_EXPORT.reset(token)
 
 
+def build(config: BridgeConfig, counts: SpanCounts) -> Destination:
+    """The ``jsonl`` destination ``config`` asks for: the run folder ``capture_dir/<run>`` (:mod:`.run` names it;
+    the disk budget's removals counted in ``counts``), else the one file ``jsonl_path``.
+
+    Raises:
+        ConfigError: the file or the run folder cannot be used (key ``jsonl_path`` or ``capture_dir``).
+    """
+    if config.capture_dir is None:
+        return JsonlFile(config.jsonl_path)
+    return CaptureDir(
+        run_folder(config),
+        counts,
+        rotate_bytes=config.capture_rotate_bytes,
+        budget_bytes=config.capture_max_bytes,
+        open_now=not _OPEN_ON_FIRST_EXPORT.get(),
+    )
+
+
+def check(config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) -> dict[str, object]:
+    """``doctor``'s check: whether the capture directory, or ``jsonl_path``, can be written, without writing."""
+    if config.capture_dir is not None:
+        return check_capture_dir(config)
+    path = Path(config.jsonl_path.replace("{pid}", str(os.getpid()))).expanduser().absolute()
+    if path.exists():
+        writable = path.is_file() and os.access(path, os.W_OK)
+    else:  # the destination creates the missing directories: the nearest existing one must take them
+        nearest = next((p for p in path.parents if p.exists()), Path("/"))
+        writable = nearest.is_dir() and os.access(nearest, os.W_OK | os.X_OK)
+    return {"ok": writable, "detail": f"appended to {path}" if writable else f"{path} cannot be written"}
+
+
 class JsonlFile:
-    """The ``jsonl`` destination: writes spans to ``path`` as JSON Lines, appending, flushed after every batch.
+    """Writes spans to ``path`` as JSON Lines, appending, flushed after every batch; gzip-compressed (a member per
+    batch) when ``path`` ends in ``.gz``.
 
     The file is opened at construction so an unwritable path fails at
     ``configure()``, not at the first span (inside :func:`opened_on_first_export`:
@@ -54,7 +96,7 @@ class JsonlFile:
     Ray ``runtime_env`` gives every worker a file of its own.
 
     A batch is written whole or not at all: a write that fails part-way (a full
-    disk, a file-size limit) is cut back to the last whole line, the batch is
+    disk, a file-size limit) is cut back to the last whole batch, the batch is
     refused, and the error is logged when it happens (once per kind), so
     the file holds exactly the spans counted as exported.
 
@@ -65,7 +107,7 @@ class JsonlFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._given = os.fspath(path)
         self.path = Path(self._given.replace("{pid}", str(os.getpid()))).expanduser()
-        self._file: BinaryIO | None = None
+        self._file: AppendFile | None = None
         self._closed = False
         self._last_error: str | None = None
         self._once = OnceLogger(logger)
@@ -75,12 +117,10 @@ class JsonlFile:
         if not _OPEN_ON_FIRST_EXPORT.get():
             self._file = self._open()
 
-    def _open(self) -> BinaryIO:
+    def _open(self) -> AppendFile:
         try:
             self.path.parent.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
-            # Unbuffered, so one batch is one write(2) in append mode and a forked
-            # child inherits no half-written buffer (nor the buffer's lock).
-            return os.fdopen(open_private_output(self.path), "ab", buffering=0)
+            return AppendFile(open_private_output(self.path), self.path, compressed=compressed(self.path))
         except OSError as exc:
             raise ConfigError(
                 f"verl_otel_bridge: jsonl_path={self._given!r} cannot be opened for appending: {exc}", "jsonl_path"
@@ -101,15 +141,10 @@ class JsonlFile:
                     self._once.log("open", logging.WARNING, "%s; its spans are counted as failed", exc)
             if self._file is None:
                 return Outcome.refusing(spans, self._last_error or f"{self.path} is closed")
-            fd = self._file.fileno()
-            start = _end_of(fd)
             try:
-                view = memoryview(data)
-                while view:  # a regular file may take a large write in parts
-                    view = view[self._file.write(view) :]
-            except OSError as exc:
-                kept = _cut_back(fd, start)
-                self._last_error = f"writing to {self.path} failed: {exc.strerror or exc}"
+                self._file.append(data)
+            except CutBack as exc:
+                self._last_error = f"writing to {self.path} failed: {exc.strerror or exc.error}"
                 self._once.log(
                     f"write:{exc.errno}",
                     logging.WARNING,
@@ -117,8 +152,10 @@ class JsonlFile:
                     len(spans),
                     self.path,
                     errno.errorcode.get(exc.errno or 0, "error"),
-                    exc.strerror or exc,
-                    "the file was cut back to its last whole line" if kept else "the file may end in a partial line",
+                    exc.strerror or exc.error,
+                    "the file was cut back to its last whole line"
+                    if exc.kept
+                    else "the file may end in a partial line",
                 )
                 return Outcome.refusing(spans, self._last_error)
         self._last_error = None
@@ -136,38 +173,3 @@ class JsonlFile:
             if self._file is not None:
                 self._file.close()
                 self._file = None
-
-
-def _end_of(fd: int) -> int | None:
-    """Where an appended write starts (None for a pipe or a socket)."""
-    try:
-        return os.lseek(fd, 0, os.SEEK_END)
-    except OSError:
-        return None
-
-
-def _cut_back(fd: int, size: int | None) -> bool:
-    """Truncate the file to ``size``, dropping a partly written batch; False if that was not possible."""
-    if size is None:
-        return False
-    try:
-        os.ftruncate(fd, size)
-    except OSError:
-        return False
-    return True
-
-
-def build(config: BridgeConfig, counts: SpanCounts) -> JsonlFile:
-    """The ``jsonl`` destination of ``config``: ``jsonl_path``."""
-    return JsonlFile(config.jsonl_path)
-
-
-def check(config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) -> dict[str, object]:
-    """``doctor``'s check: whether ``jsonl_path`` can be appended to (or created), without creating it."""
-    path = Path(config.jsonl_path.replace("{pid}", str(os.getpid()))).expanduser().absolute()
-    if path.exists():
-        writable = path.is_file() and os.access(path, os.W_OK)
-    else:  # the destination creates the missing directories: the nearest existing one must take them
-        nearest = next((p for p in path.parents if p.exists()), Path("/"))
-        writable = nearest.is_dir() and os.access(nearest, os.W_OK | os.X_OK)
-    return {"ok": writable, "detail": f"appended to {path}" if writable else f"{path} cannot be written"}

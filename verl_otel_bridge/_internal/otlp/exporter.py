@@ -20,7 +20,6 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge._internal.accounting import SpanCounts
-from verl_otel_bridge._internal.attributes import span_attributes, span_events
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.exporters.destination import Outcome
 from verl_otel_bridge._internal.logs import OnceLogger
@@ -28,7 +27,7 @@ from verl_otel_bridge._internal.otlp.encoding import NOT_REPLACED, PerSpan, Span
 from verl_otel_bridge._internal.otlp.sender import OtlpHttpSender, OtlpSendError, import_urllib3
 from verl_otel_bridge._internal.otlp.settings import DEFAULT_ENDPOINT
 from verl_otel_bridge._internal.status import Where
-from verl_otel_bridge._internal.vocabulary import GenericParts, Translator
+from verl_otel_bridge._internal.vocabulary import Translator
 
 logger = logging.getLogger(__name__)
 
@@ -183,19 +182,15 @@ class OtlpDestination:
 
 
 def translated(project: str | None) -> Describe:
-    """Each span in the generic vocabulary (:class:`~verl_otel_bridge._internal.vocabulary.Translator`);
-    a span it cannot translate goes as it is."""
+    """Each span in the generic vocabulary, conversations whole (:meth:`.Translator.batch`); a span it cannot
+    translate goes as it is."""
     translate = Translator(project)
 
     def describe(spans: Sequence[ReadableSpan]) -> PerSpan:
-        parts = [translate(span) or _as_it_is(span) for span in spans]
+        parts = translate.batch(spans)
         return PerSpan([p["attributes"] for p in parts], [p["events"] for p in parts], [p["resource"] for p in parts])
 
     return describe
-
-
-def _as_it_is(span: ReadableSpan) -> GenericParts:
-    return {"attributes": span_attributes(span), "events": span_events(span), "resource": span.resource}
 
 
 def build(config: BridgeConfig, counts: SpanCounts) -> OtlpDestination:

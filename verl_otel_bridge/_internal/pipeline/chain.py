@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from verl_otel_bridge._internal.accounting import DISCARDED, FAILED, FALLBACK, SpanCounts, copied, exported
 from verl_otel_bridge._internal.exporters.destination import Destination, Outcome
 from verl_otel_bridge._internal.pipeline.spill import FROM_DESTINATION, FROM_QUEUE, Spill, SpillSettings
-from verl_otel_bridge._internal.records import redact
+from verl_otel_bridge._internal.records import redact, redaction_keys
 from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class ExportChain:
         self.copies = tuple(copies)
         self.fallback = fallback
         self.counts = counts
-        self.redact_keys = frozenset(redact_keys)
+        self.redact_keys = redaction_keys(redact_keys)
         health = Health(spill.spill_after_s, spill.spill_probe_s) if spill is not None and fallback is None else None
         self.health = health
         self.spill = (

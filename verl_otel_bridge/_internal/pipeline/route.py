@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from verl_otel_bridge._internal.captures.run import where
 from verl_otel_bridge._internal.config import BridgeConfig
 
 DISABLED = "tracing is disabled (enabled=false or OTEL_SDK_DISABLED=true): every span API is a no-op"
@@ -58,7 +59,7 @@ class Route:
         else:
             why = f"exporter={local!r} configured"
         if config.enabled and "jsonl" in (local, *copies):
-            why += f"; JSON Lines to {config.jsonl_path}"
+            why += f"; {where(config)}"
         return cls(config.enabled, primary, wants, explicit, local, tuple(copies), why)
 
     @property

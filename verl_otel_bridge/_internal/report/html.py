@@ -20,12 +20,18 @@ from verl_otel_bridge._internal.report.rows import (
     ERROR_COLUMNS,
     LISTED,
     OPEN_COLUMNS,
+    SESSION_COLUMNS_NOTE,
     SLOWEST_COLUMNS,
-    number,
+    reward_text,
+    rule_text,
     seconds,
     session_row,
+    skipped_lines,
     step_rows,
+    straggler_text,
+    zero_advantage_text,
 )
+from verl_otel_bridge._internal.stragglers import StragglerRule
 from verl_otel_bridge._version import __version__
 
 #: Bar colours by turn type (other types and plain spans get the last).
@@ -33,7 +39,7 @@ COLOURS = {"generate": "#4C78A8", "tool": "#F58518", "span": "#9D9D9D"}
 _OTHER_COLOUR = "#54A24B"
 #: How the waterfall and the scatter mark a session, the strongest first: name -> (colour, what it means).
 MARKS = {
-    "straggler": ("#d62728", "slower than the straggler factor times its step's median"),
+    "straggler": ("#d62728", "a straggler: {rule}"),
     "error": ("#7b3294", "an error span, or a failed status"),
     "hung": ("#e6a700", "progress records but no session span: open when the capture ends"),
     "unfinished": ("#8c564b", "still open at shutdown, ended by the bridge"),
@@ -43,6 +49,7 @@ _POINT_COLOUR = "#4C78A8"
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; max-width: 1200px; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; max-width: 100%; }
+pre.text { white-space: pre-wrap; overflow-wrap: anywhere; max-height: 20em; overflow-y: auto; background: #f6f6f6; }
 table.steps { font-size: 12px; }
 th, td { border: 1px solid #ccc; padding: 2px 5px; text-align: right; }
 th { background: #f3f3f3; } td.l, th.l { text-align: left; } td.l { overflow-wrap: anywhere; }
@@ -83,16 +90,32 @@ def render_html(report: Report) -> str:
         f"<title>verl-otel-bridge report: {len(report.steps)} steps</title><style>{_STYLE}</style></head>",
         "<body><h1>verl-otel-bridge report</h1>",
         f'<p class="note">{report.spans} spans in sessions from {len(report.files)} files '
-        f"({e(', '.join(report.files))}); {report.outside_sessions} spans outside sessions; "
+        f"({e(_some(report.files))}); {report.outside_sessions} spans outside sessions; "
         f"{report.bad_lines} bad lines. verl-otel-bridge {e(__version__)}.</p>",
+        *(f'<p class="note">{e(line)}</p>' for line in skipped_lines(report)),
         "<h2>Steps</h2>",
         _table(step_rows(report), "steps"),
+        f'<p class="note">{e(rule_text(report.rule))}.</p>',
         '<p><label>Show <select id="step-filter"><option value="all">all steps</option>',
         f"{options}</select></label></p>",
     ]
     parts.extend(_step(step) for step in report.steps)
     parts.append(f"<script>{_SCRIPT}</script></body></html>")
     return "\n".join(parts)
+
+
+def _conversation(s: SessionSummary) -> str:
+    e = html.escape
+    return (
+        f"<details><summary>conversation of sample {e(s.sample)} session {e(s.session)}</summary>"
+        f'<p class="note">first input</p><pre class="text">{e(s.input or "-")}</pre>'
+        f'<p class="note">last output</p><pre class="text">{e(s.output or "-")}</pre></details>'
+    )
+
+
+def _some(files: list[str], shown: int = 10) -> str:
+    more = f" and {len(files) - shown} more" if len(files) > shown else ""
+    return ", ".join(files[:shown]) + more
 
 
 def _step(step: StepReport) -> str:
@@ -106,21 +129,20 @@ def _step(step: StepReport) -> str:
     if step.trainer is not None:
         out.append(_trainer(step.trainer))
     for s in step.stragglers:
-        ratio = s.duration_s / step.p50_s if step.p50_s else float("inf")
         out.append(
-            f'<p class="warn straggler" data-lane="{e(s.state_lane_id)}">Straggler: uid <b>{e(s.uid)}</b> sample '
-            f"{e(s.sample)} session {e(s.session)}: {s.duration_s:.3f} s, {ratio:.0f} x the median "
-            f"(generate {s.generate_s:.3f} s, tool {s.tool_s:.3f} s).</p>"
+            f'<p class="warn straggler" data-lane="{e(s.state_lane_id)}">Straggler: {e(straggler_text(step, s))}.</p>'
         )
     for group in step.zero_advantage[:LISTED]:
-        out.append(
-            f'<p class="warn">Zero advantage: uid <b>{e(group.uid)}</b>: all {group.sessions} sessions got '
-            f"reward {group.reward:g}.</p>"
-        )
+        out.append(f'<p class="warn">Zero advantage: {e(zero_advantage_text(group))}.</p>')
     if len(step.zero_advantage) > LISTED:
         out.append(f'<p class="warn">... and {len(step.zero_advantage) - LISTED} more zero-advantage groups.</p>')
     if step.slowest:
-        out += ["<h3>Slowest sessions</h3>", _sessions(step.slowest, SLOWEST_COLUMNS, "slowest")]
+        out += [
+            "<h3>Slowest sessions</h3>",
+            _sessions(step.slowest, SLOWEST_COLUMNS, "slowest"),
+            f'<p class="note">{e(SESSION_COLUMNS_NOTE)}.</p>',
+        ]
+        out += [_conversation(s) for s in step.slowest if s.input or s.output]
     if step.unfinished:
         out += ["<h3>Unfinished at shutdown</h3>", _sessions(step.unfinished, OPEN_COLUMNS, "unfinished")]
     if step.hung:
@@ -136,13 +158,11 @@ def _step(step: StepReport) -> str:
         stragglers = {s.state_lane_id for s in step.stragglers}
         out += [
             "<h3>Waterfall: turns and tools on a time axis from each session's start</h3>",
-            _waterfall(shown, stragglers),
+            _waterfall(shown, stragglers, step.rule),
         ]
     if step.points:
         out += [
-            f"<h3>Reward vs duration</h3><p>mean reward {number(step.reward_mean)} over {step.rewarded} sessions; "
-            f"r(reward, duration) = {number(step.reward_vs_duration, 2)}, "
-            f"r(reward, turns) = {number(step.reward_vs_turns, 2)}</p>",
+            f"<h3>Reward vs duration</h3><p>{e(reward_text(step))}</p>",
             _scatter(step),
         ]
     out.append("</section>")
@@ -182,12 +202,13 @@ def _legend(items: Iterable[str]) -> str:
     return f'<div class="legend">{"".join(items)}</div>'
 
 
-def _mark_legend(names: Iterable[str], css: str = "mark") -> list[str]:
+def _mark_legend(names: Iterable[str], rule: StragglerRule, css: str = "mark") -> list[str]:
     e = html.escape
+    meanings = {n: MARKS[n][1].format(rule=rule.describe()) for n in names}
     return [
-        f'<span class="{css}" style="border-color:{MARKS[n][0]}" title="{e(MARKS[n][1])}"></span>{e(n)} '
-        f'<small class="note">({e(MARKS[n][1])})</small>'
-        for n in names
+        f'<span class="{css}" style="border-color:{MARKS[n][0]}" title="{e(meaning)}"></span>{e(n)} '
+        f'<small class="note">({e(meaning)})</small>'
+        for n, meaning in meanings.items()
     ]
 
 
@@ -204,7 +225,7 @@ def _time_axis(css: str, ticks: list[float], label_w: int, plot_w: int, top: int
     return out
 
 
-def _waterfall(sessions: Sequence[SessionSummary], stragglers: set[str]) -> str:
+def _waterfall(sessions: Sequence[SessionSummary], stragglers: set[str], rule: StragglerRule) -> str:
     e = html.escape
     label_w, plot_w, row_h, top = 300, 640, 22, 24
     ticks = nice_ticks(0.0, max((s.duration_s for s in sessions), default=0.0) or 1e-3)
@@ -244,7 +265,7 @@ def _waterfall(sessions: Sequence[SessionSummary], stragglers: set[str]) -> str:
     out.append("</svg>")
     legend = [f'<span style="background:{c}"></span>{e(k)}' for k, c in COLOURS.items()]
     legend.append(f'<span style="background:{_OTHER_COLOUR}"></span>other')
-    legend += _mark_legend(name for name in MARKS if name in seen)
+    legend += _mark_legend((name for name in MARKS if name in seen), rule)
     return "\n".join(out) + _legend(legend)
 
 
@@ -294,9 +315,9 @@ def _scatter(step: StepReport) -> str:
     out.append("</svg>")
     legend = [f'<span style="background:{_POINT_COLOUR}"></span>finished session']
     if "straggler" in seen:
-        legend += _mark_legend(["straggler"])
+        legend += _mark_legend(["straggler"], step.rule)
     if "error" in seen:
-        legend += _mark_legend(["error"], "ring")
+        legend += _mark_legend(["error"], step.rule, "ring")
     legend.append('<small class="note">(hung and unfinished sessions have no reward: see the waterfall)</small>')
     return "\n".join(out) + _legend(legend)
 

@@ -28,6 +28,8 @@ from verl_otel_bridge._internal.report.values import step_key, time_ns
 
 #: Sessions kept per trace for the timeline; later ones are counted, not kept.
 MAX_TIMELINE_SESSIONS = 500
+#: The span names this module keeps (besides phases, known by their ``training.phase`` attribute).
+_KEPT_NAMES = frozenset({SESSION_SPAN_NAME, STEP_METRICS_SPAN_NAME, TRAINING_STEP_SPAN_NAME})
 #: Deepest phase nesting followed (verl nests two levels: ``step`` > ``gen``).
 _MAX_DEPTH = 16
 _NS = 1e9
@@ -104,38 +106,105 @@ class _Span:
     error: bool
 
 
-class PhaseCollector:
-    """Streams records (:meth:`add`) and gives the steps found (:meth:`steps`)."""
+@dataclass(frozen=True)
+class RunningStep:
+    """A training step still open: the phases that have ended in its trace so far (no ``training_step``
+    span yet, it is exported when the step ends)."""
 
-    def __init__(self) -> None:
+    trace_id: str
+    #: In start order; depth as in :class:`Phase`, counted under the open step.
+    phases: list[Phase]
+
+    @property
+    def start_ns(self) -> int:
+        """The first phase's start."""
+        return min(phase.start_ns for phase in self.phases)
+
+    @property
+    def last_end_ns(self) -> int:
+        """When the last phase that ended ended: what runs since then is not known yet."""
+        return max(phase.end_ns for phase in self.phases)
+
+
+class PhaseCollector:
+    """Streams records (:meth:`add`) and gives the steps found (:meth:`steps`).
+
+    ``max_traces`` bounds what is kept to the traces most recently added to (a live view's
+    memory); None keeps every one (a report of whole captures).
+    """
+
+    def __init__(self, max_traces: int | None = None) -> None:
         self._steps: dict[str, tuple[_Span, Any]] = {}
         self._phases: dict[str, _Span] = {}
         self._metrics: dict[str, dict[str, Any]] = {}
+        self._metrics_trace: dict[str, str] = {}
         self._sessions: dict[str, list[tuple[str, str | None, int, int, str]]] = {}
         self._sessions_cut: dict[str, int] = {}
+        self._max_traces = max_traces
+        self._traces: dict[str, None] = {}  # in the order last added to (oldest first)
 
     def add(self, record: dict[str, Any]) -> None:
         """Keep ``record`` if it is part of a step's picture (a step, a phase, metrics or a session)."""
         name = record.get("name")
         attributes = record.get("attributes")
+        if not isinstance(attributes, dict) or (name not in _KEPT_NAMES and PHASE not in attributes):
+            return  # most records: a turn, a tool call
         span_id = read_span_id(record.get("span_id"))
-        if span_id is None or not isinstance(attributes, dict):
+        if span_id is None:
             return
         if name == SESSION_SPAN_NAME:
             self._session(record, attributes)
-            return
-        if name == STEP_METRICS_SPAN_NAME:
+        elif name == STEP_METRICS_SPAN_NAME:
             parent = read_span_id(record.get("parent_span_id"))
-            if parent is not None:
-                metrics = self._metrics.setdefault(parent, {})
-                for key, value in attributes.items():
-                    if key.startswith(STEP_METRIC_PREFIX):
-                        metrics[key[len(STEP_METRIC_PREFIX) :]] = value
-            return
-        if name == TRAINING_STEP_SPAN_NAME:
+            if parent is None:
+                return
+            metrics = self._metrics.setdefault(parent, {})
+            self._metrics_trace[parent] = str(record.get("trace_id"))
+            for key, value in attributes.items():
+                if key.startswith(STEP_METRIC_PREFIX):
+                    metrics[key[len(STEP_METRIC_PREFIX) :]] = value
+        elif name == TRAINING_STEP_SPAN_NAME:
             self._steps[span_id] = (_span(record, str(name)), step_key(attributes.get("global_steps")))
         elif PHASE in attributes:
             self._phases[span_id] = _span(record, str(attributes[PHASE]))
+        else:
+            return
+        if self._max_traces is not None:
+            self._touch(str(record.get("trace_id")))
+
+    def _touch(self, trace_id: str) -> None:
+        traces = self._traces
+        traces.pop(trace_id, None)
+        traces[trace_id] = None
+        if self._max_traces is not None and len(traces) > self._max_traces:
+            self._forget(next(iter(traces)))
+
+    def _forget(self, trace_id: str) -> None:
+        self._traces.pop(trace_id, None)
+        self._sessions.pop(trace_id, None)
+        self._sessions_cut.pop(trace_id, None)
+        for table in (self._steps, self._phases):
+            for key in [k for k, v in table.items() if _trace_of(v) == trace_id]:
+                del table[key]
+        for key in [k for k, t in self._metrics_trace.items() if t == trace_id]:
+            del self._metrics_trace[key]
+            self._metrics.pop(key, None)
+
+    def running(self) -> RunningStep | None:
+        """The training step most recently added to whose ``training_step`` span has not come yet, if any."""
+        closed = {span.trace_id for span, _ in self._steps.values()}
+        open_traces: dict[str, list[tuple[str, _Span]]] = {}
+        for span_id, span in self._phases.items():
+            if span.trace_id not in closed:
+                open_traces.setdefault(span.trace_id, []).append((span_id, span))
+        if not open_traces:
+            return None
+        trace_id = max(open_traces, key=lambda t: max(span.end_ns for _, span in open_traces[t]))
+        phases = [
+            Phase(span.name, span_id, span.start_ns, span.end_ns, self._root(span)[1], span.error)
+            for span_id, span in open_traces[trace_id]
+        ]
+        return RunningStep(trace_id, sorted(phases, key=lambda phase: (phase.start_ns, phase.depth)))
 
     def _session(self, record: dict[str, Any], attributes: dict[str, Any]) -> None:
         trace_id = str(record.get("trace_id"))
@@ -199,6 +268,10 @@ class PhaseCollector:
             parent = self._phases[parent].parent
             depth += 1
         return parent, depth
+
+
+def _trace_of(value: _Span | tuple[_Span, Any]) -> str:
+    return value[0].trace_id if isinstance(value, tuple) else value.trace_id
 
 
 def _span(record: dict[str, Any], name: str) -> _Span:

@@ -11,12 +11,18 @@ from verl_otel_bridge._internal.report.rows import (
     ERROR_COLUMNS,
     LISTED,
     OPEN_COLUMNS,
+    SESSION_COLUMNS_NOTE,
     SLOWEST_COLUMNS,
     STEP_COLUMNS,
-    number,
+    reward_text,
+    rule_text,
     seconds,
     session_row,
+    skipped_lines,
+    step_headline,
     step_rows,
+    straggler_text,
+    zero_advantage_text,
 )
 from verl_otel_bridge._internal.tree import printable
 
@@ -24,107 +30,108 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
 
-def renderables(report: Report) -> list[RenderableType]:
-    """The report as ``rich`` renderables: the step table, then each step's details."""
+def renderables(report: Report, *, text: bool = False) -> list[RenderableType]:
+    """The report as ``rich`` renderables: the step table, then each step's details (with ``text``, the first
+    input and last output of each slowest session)."""
     out: list[RenderableType] = []
-    table = _table("Steps (done: finished sessions; err: error spans; 0-adv: zero-advantage groups)")
+    steps = table("Steps (done: finished sessions; err: error spans; 0-adv: zero-advantage groups)")
     for column in STEP_COLUMNS:
-        table.add_column(column, justify="left" if column == "step" else "right")
+        steps.add_column(column, justify="left" if column == "step" else "right")
     for row in step_rows(report):
-        table.add_row(*(_text(row[c]) for c in STEP_COLUMNS))
-    out.append(table)
+        steps.add_row(*(safe_text(row[c]) for c in STEP_COLUMNS))
+    out.append(steps)
     for step in report.steps:
         out.extend(_step(step))
+        if text:
+            out.extend(_conversations(step.slowest))
     read = (
         f"{report.spans} spans in sessions from {len(report.files)} files; "
         f"{report.outside_sessions} spans outside sessions; {report.bad_lines} bad lines"
     )
-    out.append(_text(read))
+    out.append(safe_text(read))
+    out.append(safe_text(rule_text(report.rule)))
+    if any(step.slowest for step in report.steps):
+        out.append(safe_text(SESSION_COLUMNS_NOTE))
     for path, line, problem in report.bad_examples[:5]:
-        out.append(_text(f"{path}:{line}: {problem}"))
+        out.append(safe_text(f"{path}:{line}: {problem}"))
+    out.extend(safe_text(line) for line in skipped_lines(report))
     return out
 
 
 def _step(step: StepReport) -> list[RenderableType]:
     parts: list[RenderableType] = [
-        _text(""),  # a blank line before each step (a newline inside the text would be escaped)
-        _text(
-            f"step {step.step}: {step.sessions} sessions, {step.finished} finished; duration p50 "
-            f"{seconds(step.p50_s)}, p90 {seconds(step.p90_s)}, max {seconds(step.max_s)}",
-            style="bold",
-        ),
+        safe_text(""),  # a blank line before each step (a newline inside the text would be escaped)
+        safe_text(step_headline(step), style="bold"),
     ]
     if step.trainer is not None:
-        parts.extend(_phases(step.trainer))
+        parts.extend(phase_parts(step.trainer))
     if step.slowest:
-        parts.append(_sessions(f"slowest sessions of step {step.step}", step.slowest, SLOWEST_COLUMNS))
+        parts.append(sessions_table(f"slowest sessions of step {step.step}", step.slowest, SLOWEST_COLUMNS))
     for s in step.stragglers:
-        ratio = s.duration_s / step.p50_s if step.p50_s else float("inf")
-        parts.append(
-            _text(
-                f"straggler: uid {s.uid!r} sample {s.sample} session {s.session}: {s.duration_s:.3f} s, "
-                f"{ratio:.0f} x the median (generate {s.generate_s:.3f} s, tool {s.tool_s:.3f} s)",
-                style="yellow",
-            )
-        )
+        parts.append(safe_text(f"straggler: {straggler_text(step, s)}", style="yellow"))
     if step.unfinished:
-        parts.append(_sessions("unfinished at shutdown", step.unfinished, OPEN_COLUMNS))
+        parts.append(sessions_table("unfinished at shutdown", step.unfinished, OPEN_COLUMNS))
     if step.hung:
-        parts.append(_sessions("hung: progress records but no session span", step.hung, OPEN_COLUMNS))
+        parts.append(sessions_table("hung: progress records but no session span", step.hung, OPEN_COLUMNS))
     if step.partial:
-        parts.append(_text(f"{step.partial} sessions with some spans but neither a session span nor progress"))
+        parts.append(safe_text(f"{step.partial} sessions with some spans but neither a session span nor progress"))
     if step.errored:
-        parts.append(_sessions(f"errors ({step.error_spans} error spans)", step.errored, ERROR_COLUMNS))
+        parts.append(sessions_table(f"errors ({step.error_spans} error spans)", step.errored, ERROR_COLUMNS))
     for group in step.zero_advantage[:LISTED]:
-        parts.append(
-            _text(f"zero advantage: uid {group.uid!r}: all {group.sessions} sessions got reward {group.reward:g}")
-        )
+        parts.append(safe_text(f"zero advantage: {zero_advantage_text(group)}"))
     if len(step.zero_advantage) > LISTED:
-        parts.append(_text(f"... and {len(step.zero_advantage) - LISTED} more zero-advantage groups"))
+        parts.append(safe_text(f"... and {len(step.zero_advantage) - LISTED} more zero-advantage groups"))
     if step.rewarded:
-        parts.append(
-            _text(
-                f"reward: mean {number(step.reward_mean)} over {step.rewarded} sessions; "
-                f"r(reward, duration) = {number(step.reward_vs_duration, 2)}, "
-                f"r(reward, turns) = {number(step.reward_vs_turns, 2)}"
-            )
-        )
+        parts.append(safe_text(reward_text(step)))
     return parts
 
 
-def _text(text: str, style: str = "") -> Any:
-    """Capture text for a terminal: control characters escaped (rich leaves escape sequences in)."""
+def safe_text(text: str, style: str = "") -> Any:
+    """Text from a capture for a terminal: control characters escaped (rich leaves escape sequences in)."""
     from rich.text import Text
 
     return Text(printable(text), style=style)
 
 
-def _table(title: str) -> Any:
+def table(title: str) -> Any:
+    """An empty table in the report's style, titled ``title`` (escaped)."""
     from rich import box
     from rich.table import Table
 
-    return Table(title=_text(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
+    return Table(title=safe_text(title), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
 
 
-def _sessions(title: str, sessions: Sequence[SessionSummary], columns: Sequence[str]) -> Any:
-    table = _table(title)
+def sessions_table(title: str, sessions: Sequence[SessionSummary], columns: Sequence[str]) -> Any:
+    """``sessions`` as a table of ``columns`` (names of :func:`session_row`)."""
+    out = table(title)
     for column in columns:
-        table.add_column(column, justify="left" if column in ("uid", "last span", "first error", "server") else "right")
+        out.add_column(column, justify="left" if column in ("uid", "last span", "first error", "server") else "right")
     for s in sessions:
         row = session_row(s)
-        table.add_row(*(_text(row[c]) for c in columns))
-    return table
+        out.add_row(*(safe_text(row[c]) for c in columns))
+    return out
 
 
-def _phases(trainer: StepPhases) -> list[RenderableType]:
+def _conversations(sessions: Sequence[SessionSummary]) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    for s in sessions:
+        if s.input or s.output:
+            out.append(safe_text(f"sample {s.sample} session {s.session}: first input", style="bold"))
+            out.append(safe_text(s.input or "-"))
+            out.append(safe_text(f"sample {s.sample} session {s.session}: last output", style="bold"))
+            out.append(safe_text(s.output or "-"))
+    return out
+
+
+def phase_parts(trainer: StepPhases) -> list[RenderableType]:
     """The step's phase breakdown: each of verl's timers, its seconds and share of the training step."""
-    header = _text(
+    header = safe_text(
         f"phases: training_step {seconds(trainer.seconds)}, {len(trainer.metrics)} metrics logged"
         + (" (ended with an error)" if trainer.error else "")
     )
-    table = _table("")
+    out = table("")
     for column in PHASE_COLUMNS:
-        table.add_column(column, justify="left" if column == "phase" else "right")
+        out.add_column(column, justify="left" if column == "phase" else "right")
     for row in phase_rows(trainer):
-        table.add_row(*(_text(row[c]) for c in PHASE_COLUMNS))
-    return [header, table]
+        out.add_row(*(safe_text(row[c]) for c in PHASE_COLUMNS))
+    return [header, out]

@@ -1,22 +1,27 @@
-"""Where the verl plugin's spans go when nothing says where: a JSON Lines file per process in :func:`default_dir`.
+"""Where the verl plugin's spans go when nothing says where: a run folder in :func:`default_dir`.
 
 The plugin's workers build their bridge with :func:`worker_config`. It is
 :func:`~verl_otel_bridge._internal.verl.config.bridge_config` except when no destination is configured, i.e.
 none of these is set: the bridge keys ``exporter`` (also read from ``OTEL_TRACES_EXPORTER``),
-``fallback``, ``jsonl_path``, ``otlp_endpoint`` (also read from ``OTEL_EXPORTER_OTLP_ENDPOINT``
-/ ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), from ``VERL_OTEL_BRIDGE_*`` or verl's
-``otel_bridge`` section, or ``rl_insight`` in verl's ``trainer.logger``. Then:
+``fallback``, ``jsonl_path``, ``capture_dir``, ``otlp_endpoint`` (also read from
+``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), from
+``VERL_OTEL_BRIDGE_*`` or verl's ``otel_bridge`` section, or ``rl_insight`` in verl's
+``trainer.logger``. Then:
 
 * an OTLP endpoint makes it ``otlp``;
-* ``jsonl_path`` alone makes it ``jsonl`` to that file;
-* with none of them, each process appends to its own file in :func:`default_dir`
-  (``spans-<host>-<pid>-<start>-<random>.jsonl``), and logs one WARNING naming
-  the file and how to choose another destination.
+* ``jsonl_path`` or ``capture_dir`` alone makes it ``jsonl`` (that one file, or run folders in that directory);
+* with none of them, ``jsonl`` writes the capture layout into :func:`default_dir`
+  (:mod:`verl_otel_bridge._internal.captures`: ``<run>/global_steps=<n>/<host>-<pid>-<k>.jsonl.gz``),
+  and each process logs one WARNING naming the run folder and how to choose another destination.
 
-The directory is made private (:mod:`verl_otel_bridge._internal.private_files`: ``0700``,
-owned by the user, not a symbolic link) and each file is created ``0600`` with
-``O_EXCL | O_NOFOLLOW`` when the worker starts, never where spans are made. A directory that cannot be used is
-logged at WARNING and the spans stay in the bounded in-memory buffer.
+The run folder is made private (:mod:`verl_otel_bridge._internal.private_files`: ``0700``,
+owned by the user, not a symbolic link) when the worker starts, never where spans
+are made; files are created ``0600`` with ``O_EXCL | O_NOFOLLOW`` as spans arrive. A
+folder that cannot be used is logged at WARNING and the spans stay in the bounded
+in-memory buffer.
+
+On the driver, :func:`warn_if_spread` says (once) when Ray has several nodes and the
+workers write into the node-local default: each node's sessions then stay on that node.
 """
 
 from __future__ import annotations
@@ -24,29 +29,27 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
-import secrets
-import socket
-import time
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from verl_otel_bridge._internal.config import BridgeConfig, value_sources
-from verl_otel_bridge._internal.private_files import open_private_new, open_private_read, private_dir
+from verl_otel_bridge._internal.captures.layout import file_name
+from verl_otel_bridge._internal.captures.run import run_folder
+from verl_otel_bridge._internal.config import ENV_PREFIX, BridgeConfig, value_sources
+from verl_otel_bridge._internal.logs import OnceLogger
+from verl_otel_bridge._internal.private_files import private_dir
 from verl_otel_bridge._internal.verl.config import bridge_config, bridge_section
 
 logger = logging.getLogger(__name__)
 
 #: Bridge keys that, when set anywhere, say where spans go.
-DESTINATION_KEYS = ("exporter", "fallback", "jsonl_path", "otlp_endpoint")
+DESTINATION_KEYS = ("exporter", "fallback", "jsonl_path", "capture_dir", "otlp_endpoint")
 
-# Parts of this process's file name fixed when the plugin first loads: with the
-# host and the pid (read at each use, so a forked child gets its own file) they
-# differ across workers, nodes and restarts.
-_STARTED = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-_RANDOM = secrets.token_hex(4)
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+#: The setting that points every process of a run, on every node, at one shared directory.
+CAPTURE_DIR_ENV = f"{ENV_PREFIX}CAPTURE_DIR"
+
+_once = OnceLogger(logger)
 
 
 def default_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -63,12 +66,6 @@ def default_dir(environ: Mapping[str, str] | None = None) -> Path:
     return base / "verl_otel_bridge" / "spans"
 
 
-def process_file_name() -> str:
-    """This process's file name in :func:`default_dir`."""
-    host = _UNSAFE.sub("_", socket.gethostname()) or "host"
-    return f"spans-{host}-{os.getpid()}-{_STARTED}-{_RANDOM}.jsonl"
-
-
 def worker_config(verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None) -> BridgeConfig:
     """:func:`~verl_otel_bridge._internal.verl.config.bridge_config`, with the plugin's default destination when none is
     configured (see the module docstring).
@@ -78,6 +75,39 @@ def worker_config(verl_config: Mapping[str, Any], /, *, environ: Mapping[str, st
     """
     env = os.environ if environ is None else environ
     config = bridge_config(verl_config, environ=env)
+    chosen = _configured(config, verl_config, env)
+    if chosen is not None:
+        return chosen
+    configured = config
+    config = dataclasses.replace(config, exporter="jsonl", capture_dir=str(default_dir(env)))
+    run = run_folder(config)
+    try:
+        private_dir(private_dir(run.parent) / run.name)  # the default directory is the bridge's: private too
+    except OSError as exc:
+        logger.warning(
+            "verl_otel_bridge: no destination is configured for spans, and the default directory %s cannot be "
+            "used (%s); spans stay in this process's bounded memory buffer. Choose a destination: %s",
+            run,
+            exc,
+            _HOW_TO_CHOOSE,
+        )
+        return configured
+    _once.log(
+        f"default:{run}",
+        logging.WARNING,
+        "verl_otel_bridge: no destination is configured for spans, so this process writes them as gzip JSON Lines "
+        "into the run folder %s (a folder per step, global_steps=<n>/%s; read them with: verl-otel-bridge "
+        "report %s). To choose another destination: %s",
+        run,
+        file_name(0),
+        run,
+        _HOW_TO_CHOOSE,
+    )
+    return config
+
+
+def _configured(config: BridgeConfig, verl_config: Mapping[str, Any], env: Mapping[str, str]) -> BridgeConfig | None:
+    """``config`` with the destination its settings name, or None when none does (the default directory)."""
     if config.rl_insight_enable is True or not config.enabled:
         return config
     sources = value_sources(bridge_section(verl_config), environ=env)
@@ -86,53 +116,46 @@ def worker_config(verl_config: Mapping[str, Any], /, *, environ: Mapping[str, st
         return config
     if "otlp_endpoint" in given:
         return dataclasses.replace(config, exporter="otlp")
-    if "jsonl_path" in given:
+    if {"jsonl_path", "capture_dir"} & given:
         return dataclasses.replace(config, exporter="jsonl")
-    directory = default_dir(env)
+    return None
+
+
+def warn_if_spread(verl_config: Mapping[str, Any], *, environ: Mapping[str, str] | None = None) -> None:
+    """On the driver: one WARNING when Ray has more than one node alive and the workers would write into the
+    node-local default directory (no destination configured), naming the nodes and :data:`CAPTURE_DIR_ENV`."""
+    env = os.environ if environ is None else environ
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return
     try:
-        path, created = open_process_file(directory)
-    except OSError as exc:
-        logger.warning(
-            "verl_otel_bridge: no destination is configured for spans, and the default directory %s cannot be "
-            "used (%s); spans stay in this process's bounded memory buffer. Choose a destination: %s",
-            directory,
-            exc,
-            _HOW_TO_CHOOSE,
+        if _configured(bridge_config(verl_config, environ=env), verl_config, env) is not None:
+            return
+        alive = [node for node in ray.nodes() if node.get("Alive")]
+        addresses = [f"{node.get('NodeManagerHostname')} ({node.get('NodeManagerAddress')})" for node in alive]
+    except Exception as exc:  # noqa: BLE001 - a check only: never in verl's way
+        _once.log(
+            f"spread:{type(exc).__name__}", logging.DEBUG, "verl_otel_bridge: counting Ray's nodes failed: %r", exc
         )
-        return config
-    if created:
-        logger.warning(
-            "verl_otel_bridge: no destination is configured for spans, so this process writes them as JSON Lines "
-            "to %s (one file per process in %s; read them with: verl-otel-bridge report %s). To choose another "
-            "destination: %s",
-            path,
-            directory,
-            directory,
-            _HOW_TO_CHOOSE,
-        )
-    return dataclasses.replace(config, exporter="jsonl", jsonl_path=str(path))
+        return
+    if len(addresses) < 2:
+        return
+    _once.log(
+        "spread",
+        logging.WARNING,
+        "verl_otel_bridge: Ray has %d nodes (%s) and no capture directory is configured, so each node writes its "
+        "sessions into its own %s and a report on one node misses the others'. Point every node at one shared "
+        "directory: set %s=/shared/path in the job's runtime_env (e.g. "
+        "+ray_kwargs.ray_init.runtime_env.env_vars.%s=/shared/path), or choose another destination (docs/verl.md)",
+        len(addresses),
+        ", ".join(addresses),
+        default_dir(env),
+        CAPTURE_DIR_ENV,
+        CAPTURE_DIR_ENV,
+    )
 
 
 _HOW_TO_CHOOSE = (
     "set VERL_OTEL_BRIDGE_EXPORTER=otlp with OTEL_EXPORTER_OTLP_ENDPOINT, =jsonl with VERL_OTEL_BRIDGE_JSONL_PATH, "
     "or =console, =memory, =none (on Ray through the job's runtime_env; see docs/verl.md)"
 )
-
-
-def open_process_file(directory: Path) -> tuple[Path, bool]:
-    """Create (``0600``, ``O_EXCL | O_NOFOLLOW``) this process's file in ``directory``, made private first.
-
-    Returns its path and whether it was created now (False: this process made it
-    before, e.g. for an earlier bridge, and it is appended to).
-
-    Raises:
-        OSError: the directory cannot be made private (:class:`UnsafePathError`), or the
-            existing file is not a regular file of this user's alone.
-    """
-    path = private_dir(directory) / process_file_name()
-    try:
-        os.close(open_private_new(path))
-    except FileExistsError:
-        os.close(open_private_read(path))  # checked: a regular file of this user's, 0600, not a link
-        return path, False
-    return path, True

@@ -8,10 +8,15 @@ an ``agent_task``, one generate ``agent_turn`` per ``LLMServerClient.generate``
 call and one tool ``agent_turn`` per ``ToolAgentLoop._call_tool`` call. The
 session gets the reward and verl's timings once the worker computed them.
 
-The conversation (verl's ``trace.token2text``, or the bridge's ``record_text``):
-the session's ``input`` is the prompt's messages and its ``output`` the last
-generate turn's decoded response; each generate turn's ``input`` is its decoded
-prompt and its ``content`` the decoded response. A tool turn always carries its
+The conversation (verl's ``trace.token2text``, or the bridge's ``record_text``) is
+stored once: the first generate turn's ``input`` is its decoded prompt, each later
+one's ``input.appended`` the tokens appended to the previous generate turn's prompt
+and response (tool replies, template text; only those are decoded) with
+``input.after_turn`` naming that turn, and every generate turn's ``content`` its
+decoded response. A prompt that does not continue the previous one (a loop that
+rewrote its context) is recorded whole again. Readers and ``exporter: otlp``
+rebuild each turn's whole input, and the session's first input and last output
+(:mod:`verl_otel_bridge._internal.conversation`). A tool turn always carries its
 arguments and result. A tool call verl answered with one of its error texts (the
 tool raised, an unknown tool, arguments that are not JSON) ends its turn with
 status ERROR and ``error.type``; the session counts them in ``failed_tool_calls``
@@ -34,7 +39,6 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import json
 import logging
 import os
 import sys
@@ -99,7 +103,17 @@ _EXPECTED: dict[str, tuple[str, ...]] = {
 class _Trajectory:
     """What the wrappers of one traced trajectory share (through :data:`_trajectory`)."""
 
-    __slots__ = ("agent_name", "bridge", "decode", "failed_tools", "in_run", "last_response", "session", "turns")
+    __slots__ = (
+        "agent_name",
+        "bridge",
+        "decode",
+        "failed_tools",
+        "in_run",
+        "last_generate",
+        "seen_ids",
+        "session",
+        "turns",
+    )
 
     def __init__(self, bridge: Bridge, session: Session, agent_name: str, decode: Callable[..., Any] | None) -> None:
         self.bridge = bridge
@@ -109,7 +123,10 @@ class _Trajectory:
         self.decode = decode
         self.turns = 0
         self.failed_tools = 0
-        self.last_response: Any = None
+        #: The previous generate turn's number, and its prompt's and response's token ids (what the next
+        #: generate turn's prompt starts with when it continues the conversation).
+        self.last_generate: int | None = None
+        self.seen_ids: list[int] = []
         self.in_run = False
 
     def next_turn(self) -> int:
@@ -125,6 +142,19 @@ class _Trajectory:
         """``token_ids`` decoded (at most as many as can survive ``max_attribute_length``), or None."""
         # A token is at least one byte and a character at most four: more ids could only be cut away.
         return self.decode(token_ids[: 4 * self.bridge.config.max_attribute_length]) if self.decode else None
+
+    def prompt_text(self, turn: int, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> dict[str, Any]:
+        """A generate turn's input, stored once: the tokens appended since the previous generate turn decoded
+        (``input.appended``, ``input.after_turn``), or, for the first turn or a prompt that does not continue
+        that turn's prompt and response, the whole prompt (``input``)."""
+        seen, previous = self.seen_ids, self.last_generate
+        self.seen_ids = [*prompt_ids, *response_ids]
+        self.last_generate = turn
+        if self.decode is None:
+            return {}
+        if previous is not None and len(prompt_ids) >= len(seen) and prompt_ids[: len(seen)] == seen:
+            return {p.INPUT_APPENDED: self.text(prompt_ids[len(seen) :]), p.INPUT_AFTER_TURN: previous}
+        return {p.INPUT: self.text(prompt_ids)}
 
 
 _trajectory: ContextVar[_Trajectory | None] = ContextVar("verl_otel_bridge_trajectory", default=None)
@@ -480,8 +510,6 @@ def _start(
         trajectory = _Trajectory(bridge, session, agent_name, instance.tokenizer.decode if text else None)
         values: dict[str, Any] = {p.VALIDATE: bool(info["validate"]), p.AGENT_NAME: agent_name}
         values[p.GEN_AI_AGENT_NAME] = agent_name
-        if text:
-            values[p.INPUT] = _messages(kwargs.get("raw_prompt"))
         trajectory.set(values)
         token = _trajectory.set(trajectory)
     except BaseException:
@@ -491,14 +519,6 @@ def _start(
     if call is not None:
         call.started(bridge)
     return trajectory, scope, token
-
-
-def _messages(raw_prompt: Any) -> str | None:
-    """verl's ``raw_prompt`` (the chat messages of the dataset row) as JSON, or None without one."""
-    if raw_prompt is None:
-        return None
-    tolist = getattr(raw_prompt, "tolist", None)
-    return json.dumps(tolist() if callable(tolist) else list(raw_prompt), ensure_ascii=False, default=str)
 
 
 def _stop(scope: AbstractContextManager[Session], token: Token[_Trajectory | None], exc_info: ExcInfo) -> None:
@@ -516,7 +536,6 @@ def _finish(trajectory: _Trajectory, output: Any) -> None:
         p.REWARD_EXTRA_INFO: output.extra_fields.get("reward_extra_info"),
         p.NUM_TURNS: output.num_turns,
         p.FAILED_TOOL_CALLS: trajectory.failed_tools,
-        p.OUTPUT: trajectory.last_response,
     }
     for key in p.VERL_METRICS:
         values[key] = getattr(metrics, key[len(p.VERL_METRIC_PREFIX) :], None)
@@ -576,7 +595,8 @@ async def _generate(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     trajectory = _trajectory.get()
     if trajectory is None or _generate_turn.get() is not None:  # untraced, or a subclass calling super()
         return await wrapped(instance, *args, **kwargs)
-    started = _enter("starting the generate turn", trajectory.bridge.turn, trajectory.next_turn())
+    number = trajectory.next_turn()
+    started = _enter("starting the generate turn", trajectory.bridge.turn, number)
     if started is None:
         return await wrapped(instance, *args, **kwargs)
     scope, turn = started
@@ -588,31 +608,31 @@ async def _generate(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         _exit("ending the generate turn", scope, sys.exc_info())
         raise
     _generate_turn.reset(token)
-    _record_and_end("the generate turn", scope, _record_generate, trajectory, turn, kwargs, output)
+    _record_and_end("the generate turn", scope, _record_generate, trajectory, turn, number, kwargs, output)
     return output
 
 
-def _record_generate(trajectory: _Trajectory, turn: TurnHandle, kwargs: Mapping[str, Any], output: Any) -> None:
+def _record_generate(
+    trajectory: _Trajectory, turn: TurnHandle, number: int, kwargs: Mapping[str, Any], output: Any
+) -> None:
     cached = output.extra_fields.get("num_cached_tokens")
     prompt_ids = kwargs["prompt_ids"]
-    response = trajectory.text(output.token_ids)
+    response_ids = output.token_ids
     turn.record(
         finish_reason=output.stop_reason,
         prompt_tokens=len(prompt_ids),
-        completion_tokens=len(output.token_ids),
-        content=response,
+        completion_tokens=len(response_ids),
+        content=trajectory.text(response_ids),
     )
     trajectory.set(
         {
             p.CACHED_TOKENS: cached,
             p.GEN_AI_CACHED_TOKENS: cached,
             p.NUM_PREEMPTED: output.num_preempted,
-            p.INPUT: trajectory.text(prompt_ids),
+            **trajectory.prompt_text(number, prompt_ids, response_ids),
         },
         turn.span,
     )
-    if response is not None:
-        trajectory.last_response = response
 
 
 async def _acquire_server(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from verl_otel_bridge._internal.config import BridgeConfig, default_spill_dir
+from verl_otel_bridge._internal.records import redaction_keys
 
 #: Spilled by the export queue (never exported): drained through the whole exporter chain.
 FROM_QUEUE = "queue"
@@ -49,5 +50,5 @@ class SpillSettings:
             max_export_batch_size=config.max_export_batch_size,
             spill_after_s=config.spill_after_s,
             spill_probe_s=config.spill_probe_s,
-            redact_attributes=frozenset(config.redact_attributes),
+            redact_attributes=redaction_keys(config.redact_attributes),
         )

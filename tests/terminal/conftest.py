@@ -1,0 +1,6 @@
+"""``import writer`` (tests/terminal/writer.py), in any import mode."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
