@@ -141,7 +141,7 @@ def test_a_file_cut_mid_member_by_a_crash_is_read_to_its_last_whole_member(tmp_p
 
 
 def test_readers_skip_empty_partial_and_unrelated_files_and_say_so(tmp_path: Path) -> None:
-    """Issue 32, class 3: verl's default directory with a worker that traced nothing (an empty file), a file cut
+    """verl's default directory with a worker that traced nothing (an empty file), a file cut
     inside its only line, and files that are no captures at all: skipped and listed, never fatal."""
     good = {
         "name": "agent_session",
