@@ -27,6 +27,13 @@ def test_every_target_and_what_its_wrappers_read_is_in_each_supported_verl(publi
     assert [str(finding) for finding in source.check(published)] == []
 
 
+def test_the_table_has_every_module_of_verl_that_names_rl_insight_logger(published: source.SourceTree) -> None:
+    """verl's own lookups of ``RLInsightLogger`` all get the plugin's class only if the table has each of them."""
+    table = {t.module for t in targets.TARGETS if t.name == targets.RL_INSIGHT_LOGGER}
+    named = source.names_in(published, targets.RL_INSIGHT_LOGGER)
+    assert named == (table if published.version != "0.8.0" else set())  # 0.8.0 has no RLInsightLogger
+
+
 def test_the_oldest_release_checked_is_the_oldest_supported() -> None:
     assert verl_sources.VERSIONS[0] == targets.OLDEST_VERL
 

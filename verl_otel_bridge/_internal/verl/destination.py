@@ -4,11 +4,14 @@ The plugin's workers build their bridge with :func:`worker_config`. It is
 :func:`~verl_otel_bridge._internal.verl.config.bridge_config` except when no destination is configured, i.e.
 none of these is set: the bridge keys ``exporter``, ``fallback``,
 ``jsonl_path``, ``otlp_endpoint`` (``VERL_OTEL_BRIDGE_*`` or verl's
-``otel_bridge`` section), ``OTEL_TRACES_EXPORTER``, an OTLP endpoint variable
-(``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), or
-``rl_insight`` in verl's ``trainer.logger``. Then:
+``otel_bridge`` section), ``OTEL_TRACES_EXPORTER``, or an OTLP endpoint variable
+(``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``). Then:
 
-* ``OTEL_TRACES_EXPORTER`` names the exporter (``otlp``, ``console``, ``none``, ``rl_insight``);
+* RL-Insight selected (``rl_insight`` in verl's ``trainer.logger``, ``VERL_RL_INSIGHT_ENABLE=1``):
+  RL-Insight when usable, else the fallback ``jsonl``: to ``jsonl_path`` when given, else to
+  this process's file in :func:`default_dir` (said at INFO: the bridge warns that RL-Insight is
+  not usable);
+* else ``OTEL_TRACES_EXPORTER`` names the exporter (``otlp``, ``console``, ``none``, ``rl_insight``);
 * else an OTLP endpoint (variable or ``otlp_endpoint``) makes it ``otlp``;
 * ``jsonl_path`` alone makes it ``jsonl`` to that file;
 * with none of them, each process appends to its own file in :func:`default_dir`
@@ -83,28 +86,40 @@ def process_file_name() -> str:
     return f"spans-{host}-{os.getpid()}-{_STARTED}-{_RANDOM}.jsonl"
 
 
-def worker_config(verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None) -> BridgeConfig:
-    """:func:`~verl_otel_bridge._internal.verl.config.bridge_config`, with the plugin's default destination when none is
-    configured (see the module docstring).
+def worker_config(
+    verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None, **overrides: Any
+) -> BridgeConfig:
+    """:func:`~verl_otel_bridge._internal.verl.config.bridge_config` (with keyword ``overrides``), with the plugin's
+    default destination when none is configured (see the module docstring).
 
     Raises:
         ValueError: a bad setting (as ``bridge_config``), or an
             ``OTEL_TRACES_EXPORTER`` the bridge has no exporter for.
     """
     env = os.environ if environ is None else environ
-    config = bridge_config(verl_config, environ=env)
-    if config.rl_insight_enable is True or not config.enabled:
+    config = bridge_config(verl_config, environ=env, **overrides)
+    if not config.enabled:
         return config
-    sources = value_sources(bridge_section(verl_config), environ=env)
+    sources = value_sources(bridge_section(verl_config), environ=env, **overrides)
     given = {key for key in DESTINATION_KEYS if sources[key] != "default"}
     if {"exporter", "fallback"} & given:
         return config
+    if config.rl_insight_enable is True:  # RL-Insight when usable; the local destination is its fallback
+        if "jsonl_path" in given:
+            return dataclasses.replace(config, fallback="jsonl")
+        return _in_default_dir(config, env, fallback=True)
     if env.get(TRACES_EXPORTER_ENV, "").strip():
         return dataclasses.replace(config, exporter=_traces_exporter(env[TRACES_EXPORTER_ENV]))
     if "otlp_endpoint" in given or any(env.get(name, "").strip() for name in OTLP_ENDPOINT_ENVS):
         return dataclasses.replace(config, exporter="otlp")
     if "jsonl_path" in given:
         return dataclasses.replace(config, exporter="jsonl")
+    return _in_default_dir(config, env, fallback=False)
+
+
+def _in_default_dir(config: BridgeConfig, env: Mapping[str, str], *, fallback: bool) -> BridgeConfig:
+    """``config`` writing (``fallback``: falling back) to this process's file in :func:`default_dir`; said once per
+    file: at WARNING, or at INFO for a fallback (the bridge says at WARNING when RL-Insight is not usable)."""
     directory = default_dir(env)
     try:
         path, created = open_process_file(directory)
@@ -118,15 +133,20 @@ def worker_config(verl_config: Mapping[str, Any], /, *, environ: Mapping[str, st
         )
         return config
     if created:
-        logger.warning(
-            "verl_otel_bridge: no destination is configured for spans, so this process writes them as JSON Lines "
-            "to %s (one file per process in %s; read them with: verl-otel-bridge report %s). To choose another "
-            "destination: %s",
+        logger.log(
+            logging.INFO if fallback else logging.WARNING,
+            "verl_otel_bridge: %s, so this process writes them as JSON Lines to %s (one file per process in %s; "
+            "read them with: verl-otel-bridge report %s). To choose another destination: %s",
+            "while RL-Insight is not usable, spans have no other destination configured"
+            if fallback
+            else "no destination is configured for spans",
             path,
             directory,
             directory,
             _HOW_TO_CHOOSE,
         )
+    if fallback:
+        return dataclasses.replace(config, fallback="jsonl", jsonl_path=str(path))
     return dataclasses.replace(config, exporter="jsonl", jsonl_path=str(path))
 
 

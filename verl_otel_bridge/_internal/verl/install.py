@@ -11,6 +11,7 @@ import logging
 from types import ModuleType
 from typing import Any
 
+from verl_otel_bridge._internal.verl import logger as logger_wrappers
 from verl_otel_bridge._internal.verl import tracing, trainer
 from verl_otel_bridge._internal.verl.targets import Kind, Target, targets_of
 from verl_otel_bridge._internal.verl.wrapping import PATCHED, patch, recognised, resolve
@@ -18,7 +19,7 @@ from verl_otel_bridge._internal.verl.wrapping import PATCHED, patch, recognised,
 logger = logging.getLogger(__name__)
 
 #: The modules the table's wrappers (``"<module>.<function>"``) are functions of.
-_WRAPPER_MODULES: dict[str, ModuleType] = {"tracing": tracing, "trainer": trainer}
+_WRAPPER_MODULES: dict[str, ModuleType] = {"tracing": tracing, "trainer": trainer, "logger": logger_wrappers}
 
 
 def install(module: ModuleType) -> None:

@@ -3,7 +3,7 @@ fields its wrappers read, and the wrapper of each.
 
 Read by the plugin (which modules to hook), by the installer (what to wrap, and the check that a verl
 method still looks as expected), by ``doctor`` and by the source-contract test (both check verl's source
-against it without importing verl). A leaf (it imports only the span vocabulary): it names each wrapper by
+against it without importing verl). A leaf (it imports only constants): it names each wrapper by
 its module and function (``"tracing.run_agent_loop"`` is a function of
 :mod:`verl_otel_bridge._internal.verl.tracing`).
 """
@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass
 
 from verl_otel_bridge._internal import protocol as p
+from verl_otel_bridge._internal.config import RL_INSIGHT_ENABLE_ENV
 
 #: The oldest verl the plugin supports, and the first that loads ``verl.plugins`` entry points at ``import verl``
 #: (older ones load the modules named in :data:`EXTERNAL_MODULES_ENV` only).
@@ -99,6 +100,8 @@ LLM_SERVER = "verl.workers.rollout.llm_server"
 RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 TRACKING = "verl.utils.tracking"
 
+#: The class verl's own code builds or calls for RL-Insight (selected by ``RL_INSIGHT_ENABLE_ENV``).
+RL_INSIGHT_LOGGER = "RLInsightLogger"
 #: How verl's ``ToolAgentLoop._call_tool`` answers a failed tool call (its result text starts so), and the
 #: ``error.type`` the tool turn gets for each.
 TOOL_ERRORS = (
@@ -121,6 +124,14 @@ _LOOP_OUTPUT = (
 )
 _META_INFO = Uses("field", "verl.protocol", "DataProto", "meta_info")
 _CALL_TOOL = "ToolAgentLoop._call_tool"
+#: verl's modules that name ``RLInsightLogger`` (the class itself, or imported by name), besides ``TRACKING``.
+RL_INSIGHT_LOGGER_USERS = (
+    LLM_SERVER,
+    "verl.utils.profiler.profile",
+    "verl.workers.rollout.vllm_rollout.vllm_async_server",
+    "verl.workers.rollout.sglang_rollout.async_sglang_server",
+)
+
 TARGETS: tuple[Target, ...] = (
     # verl's rollout-trace decorator: its agent-loop, tool and client modules import it by name, later.
     Target(ROLLOUT_TRACE, "RolloutTraceConfig.get_backend", Kind.READ, anchor=True),
@@ -212,6 +223,23 @@ TARGETS: tuple[Target, ...] = (
         wrapper="trainer.tracking_init",
     ),
     Target(TRACKING, "Tracking.log", Kind.METHOD, ("data", "step"), wrapper="trainer.tracking_log"),
+    # verl's RLInsightLogger, where verl defines it (``Tracking`` builds it) and everywhere verl imports it.
+    Target(
+        TRACKING,
+        RL_INSIGHT_LOGGER,
+        Kind.ATTRIBUTE,
+        ("project_name", "experiment_name", "config"),
+        (
+            Uses("literal", TRACKING, "Tracking.__init__", "rl_insight"),
+            Uses("literal", TRACKING, RL_INSIGHT_LOGGER, RL_INSIGHT_ENABLE_ENV),
+        ),
+        wrapper="logger.select_logger",
+        optional=True,
+    ),
+    *(
+        Target(module, RL_INSIGHT_LOGGER, Kind.ATTRIBUTE, wrapper="logger.select_logger", optional=True)
+        for module in RL_INSIGHT_LOGGER_USERS
+    ),
 )
 
 #: Every verl module the plugin hooks, in the order of :data:`TARGETS`.
