@@ -76,3 +76,13 @@ def _untar(archive: Path, into: Path) -> None:
         (top,) = {member.name.split("/")[0] for member in sdist.getmembers()}
         sdist.extractall(into.parent / "tar", filter="data")
     (into.parent / "tar" / top).rename(into)
+
+
+def fetch_all() -> list[Path]:
+    """Every source the tests read: each supported release's wheel and 0.9.1's source distribution."""
+    return [*map(wheel_source, VERSIONS), sdist_source(VERSIONS[-1])]
+
+
+if __name__ == "__main__":  # nox -s verl fetches them before its tests run where only loopback is reachable
+    for path in fetch_all():
+        print(path)

@@ -254,3 +254,37 @@ def test_with_rl_insight_and_its_server_the_spans_and_gauges_arrive(
     assert loss and float(loss[0].rsplit(" ", 1)[1]) == 0.25
     assert f"{run_tag}_note" not in text  # not a number: skipped, as verl's class does
     assert spans_in(tmp_path / "state" / "verl_otel_bridge" / "spans") == []  # nothing fell back
+
+
+#: What verl's own unit tests of its class (``tests/utils/test_rl_insight_logger_on_cpu.py`` in verl's repository)
+#: rely on: ``from verl.utils.tracking import RLInsightLogger`` at collection, with ``VERL_RL_INSIGHT_ENABLE``
+#: unset, is verl's class, whose private state they reset; each test then sets the variable and calls the class.
+VERLS_UNIT_TESTS = """
+import importlib, json, os
+from verl.utils.tracking import RLInsightLogger
+private = ["_init_done", "_rl_insight_module", "_registered_metrics", "_warned_unsupported_features", "_get_rl_insight"]
+os.environ["VERL_RL_INSIGHT_ENABLE"] = "1"  # their tests' monkeypatch.setenv, after the import
+later = importlib.import_module("verl.workers.rollout.llm_server").RLInsightLogger
+print("RESULT " + json.dumps({
+    "class": f"{RLInsightLogger.__module__}.{RLInsightLogger.__qualname__}",
+    "private": [name for name in private if not hasattr(RLInsightLogger, name)],
+    "later_is_the_same": later is RLInsightLogger,
+    "plugin_loaded": "verl_otel_bridge.verl.plugin" in __import__("sys").modules,
+}))
+"""
+
+
+def test_verls_own_unit_tests_of_its_class_still_get_verls_class() -> None:
+    env = {**os.environ}
+    env.pop("VERL_RL_INSIGHT_ENABLE", None)
+    done = subprocess.run(
+        [sys.executable, "-c", VERLS_UNIT_TESTS], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert json.loads(line[len("RESULT ") :]) == {
+        "class": VERLS_CLASS,
+        "private": [],
+        "later_is_the_same": True,
+        "plugin_loaded": True,
+    }

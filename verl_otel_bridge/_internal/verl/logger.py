@@ -42,6 +42,7 @@ from verl_otel_bridge._internal.session import Session
 from verl_otel_bridge._internal.verl import destination
 from verl_otel_bridge._internal.verl.config import bridge_config
 from verl_otel_bridge._internal.verl.switch import RL_INSIGHT_LOGGER_ENV, RL_INSIGHT_LOGGERS
+from verl_otel_bridge._internal.verl.targets import RL_INSIGHT_LOGGER, TRACKING
 
 logger = logging.getLogger(__name__)
 
@@ -439,10 +440,17 @@ _said = OnceLogger(logger)
 
 
 def select_logger(original: Any, module: ModuleType) -> Any:
-    """What ``module``'s ``RLInsightLogger`` becomes when verl imports it: :class:`PluginRLInsightLogger`
-    if :func:`logger_choice` says so (one INFO line per process), else verl's ``original``."""
+    """What ``module``'s ``RLInsightLogger`` becomes when verl imports it.
+
+    In ``verl.utils.tracking``, which defines it: :class:`PluginRLInsightLogger` if :func:`logger_choice`
+    says so (one INFO line per process), else verl's ``original``. Every other module gets what
+    ``verl.utils.tracking`` has (it imports the class from there), so one process never mixes the two.
+    """
+    if module.__name__ != TRACKING:
+        defining = sys.modules.get(TRACKING)
+        return getattr(defining, RL_INSIGHT_LOGGER, original) if defining is not None else original
     if not isinstance(original, type) or issubclass(original, RLInsightLogger):
-        return original  # not verl's class, or already the bridge's (imported from verl.utils.tracking)
+        return original
     choice = logger_choice()
     if choice.bad_setting:
         _said.log("bad", logging.WARNING, "verl_otel_bridge: %s", choice.reason)
