@@ -90,31 +90,48 @@ def worker_config(
     verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None, **overrides: Any
 ) -> BridgeConfig:
     """:func:`~verl_otel_bridge._internal.verl.config.bridge_config` (with keyword ``overrides``), with the plugin's
-    default destination when none is configured (see the module docstring).
+    default destination when none is configured (see the module docstring): :func:`planned`, and this
+    process's file in :func:`default_dir` made when it is the destination or the fallback.
 
     Raises:
         ValueError: a bad setting (as ``bridge_config``), or an
             ``OTEL_TRACES_EXPORTER`` the bridge has no exporter for.
     """
     env = os.environ if environ is None else environ
+    config, in_default_dir = planned(verl_config, environ=env, **overrides)
+    if in_default_dir is None:
+        return config
+    return _in_default_dir(config, env, fallback=in_default_dir == "fallback")
+
+
+def planned(
+    verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None, **overrides: Any
+) -> tuple[BridgeConfig, str | None]:
+    """What :func:`worker_config` decides, before it makes any file: the config, and ``"exporter"`` or
+    ``"fallback"`` when this process's file in :func:`default_dir` is then the exporter or RL-Insight's fallback.
+
+    Raises:
+        ValueError: as :func:`worker_config`.
+    """
+    env = os.environ if environ is None else environ
     config = bridge_config(verl_config, environ=env, **overrides)
     if not config.enabled:
-        return config
+        return config, None
     sources = value_sources(bridge_section(verl_config), environ=env, **overrides)
     given = {key for key in DESTINATION_KEYS if sources[key] != "default"}
     if {"exporter", "fallback"} & given:
-        return config
+        return config, None
     if config.rl_insight_enable is True:  # RL-Insight when usable; the local destination is its fallback
         if "jsonl_path" in given:
-            return dataclasses.replace(config, fallback="jsonl")
-        return _in_default_dir(config, env, fallback=True)
+            return dataclasses.replace(config, fallback="jsonl"), None
+        return config, "fallback"
     if env.get(TRACES_EXPORTER_ENV, "").strip():
-        return dataclasses.replace(config, exporter=_traces_exporter(env[TRACES_EXPORTER_ENV]))
+        return dataclasses.replace(config, exporter=_traces_exporter(env[TRACES_EXPORTER_ENV])), None
     if "otlp_endpoint" in given or any(env.get(name, "").strip() for name in OTLP_ENDPOINT_ENVS):
-        return dataclasses.replace(config, exporter="otlp")
+        return dataclasses.replace(config, exporter="otlp"), None
     if "jsonl_path" in given:
-        return dataclasses.replace(config, exporter="jsonl")
-    return _in_default_dir(config, env, fallback=False)
+        return dataclasses.replace(config, exporter="jsonl"), None
+    return config, "exporter"
 
 
 def _in_default_dir(config: BridgeConfig, env: Mapping[str, str], *, fallback: bool) -> BridgeConfig:
