@@ -167,7 +167,7 @@ def test_verls_tracking_builds_the_bridges_class_everywhere_verl_names_it(
     result = run(sys.executable, run_tag, selected)
     assert result["built"] == PLUGIN_CLASS
     assert result["bound"] == dict.fromkeys(ON_CPU, PLUGIN_CLASS)
-    said = [m for level, _, m in result["records"] if level == "INFO" and "RLInsightLogger" in m]
+    said = [m for level, _, m in result["records"] if level == "INFO" and "verl's RLInsightLogger" in m]
     assert said == [  # as docs/verl.md shows it
         "verl_otel_bridge: RL-Insight is selected (VERL_RL_INSIGHT_ENABLE=1), so verl's RLInsightLogger is the "
         "bridge's: RL-Insight when usable, else the plugin's local destination (VERL_OTEL_RL_INSIGHT_LOGGER=verl "
