@@ -345,11 +345,14 @@ def verl(session: nox.Session, verl: str) -> None:
         "uvicorn",
         "fastapi",
         "rl-insight==0.3.0",
+        "pytest-asyncio",  # verl's own agent-loop tests (tests/verl/test_verls_own_tests.py) have async ones
     )
     benches = {"bench": "bench/verl_overhead.py", "bench-trainer": "bench/trainer_phases.py"}
     if session.posargs[:1] and session.posargs[0] in benches:
         session.run(python, benches[session.posargs[0]], *session.posargs[1:], env=LOOPBACK_ENV, external=True)
         return
+    # The published verl packages some tests read (fetched once per machine): here, where the index is reachable.
+    session.run(python, "tests/verl_sources.py", silent=True, external=True)
     command = [python, "-m", "pytest", "tests/verl", *session.posargs]
     phoenix = Path(nox.options.envdir) / "backends-phoenix" / "bin" / "phoenix"
     if not _can_isolate_network():

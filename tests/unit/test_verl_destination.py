@@ -114,7 +114,8 @@ def test_run_folder_names_differ_across_processes_without_ray() -> None:
         ({"VERL_OTEL_BRIDGE_EXPORTER": "memory"}, None, ("console",), "memory"),
         ({"OTEL_TRACES_EXPORTER": "console"}, {"exporter": "memory"}, ("console",), "memory"),
         ({}, {"fallback": "console"}, ("console",), "auto"),
-        ({}, None, ("console", "rl_insight"), "auto"),
+        ({}, {"fallback": "console"}, ("console", "rl_insight"), "auto"),
+        ({"VERL_OTEL_BRIDGE_EXPORTER": "otlp"}, None, ("console", "rl_insight"), "otlp"),
     ],
 )
 def test_a_configured_destination_wins_over_the_default(
@@ -131,6 +132,30 @@ def test_a_configured_destination_wins_over_the_default(
     config = destination.worker_config(verl_config(loggers=loggers, section=section))
     assert config.exporter == exporter
     assert not state_home.exists() and not warnings(caplog)
+
+
+def test_rl_insight_selected_falls_back_to_the_process_file_said_at_info(
+    state_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RL-Insight selected with no destination: RL-Insight when usable, else this process's file (not memory,
+    which is gone at exit); said at INFO, since the bridge warns when RL-Insight is not usable."""
+    caplog.set_level(logging.INFO, LOGGER)
+    config = destination.worker_config(verl_config(loggers=("console", "rl_insight")))
+    path = Path(config.jsonl_path)
+    assert (config.exporter, config.fallback, config.rl_insight_enable) == ("auto", "jsonl", True)
+    assert path.parent == state_home and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not warnings(caplog)
+    (said,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert "while RL-Insight is not usable" in said and str(path) in said
+
+
+def test_rl_insight_selected_with_a_jsonl_path_falls_back_to_that_file(
+    tmp_path: Path, state_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VERL_OTEL_BRIDGE_JSONL_PATH", str(tmp_path / "mine.jsonl"))
+    config = destination.worker_config(verl_config(loggers=("rl_insight",)))
+    assert (config.exporter, config.fallback, config.jsonl_path) == ("auto", "jsonl", str(tmp_path / "mine.jsonl"))
+    assert not state_home.exists()
 
 
 def test_jsonl_path_alone_makes_the_exporter_jsonl_to_that_file(

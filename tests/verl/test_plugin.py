@@ -21,7 +21,7 @@ import pytest
 
 import verl_otel_bridge as vob
 from verl_otel_bridge._internal import current
-from verl_otel_bridge._internal.verl import tracing
+from verl_otel_bridge._internal.verl import install, wrapping
 from verl_otel_bridge.testing import capture_spans
 from verl_otel_bridge.verl.plugin import SWITCH_ENV
 
@@ -250,7 +250,7 @@ def test_an_instrumentation_error_is_logged_once_and_verl_runs_unchanged(
     def broken(self: Any, **kwargs: Any) -> Any:
         raise RuntimeError("instrumentation bug")
 
-    monkeypatch.setattr(tracing, "_once", tracing.OnceLogger(tracing.logger))
+    monkeypatch.setattr(wrapping, "_once", wrapping.OnceLogger(wrapping.logger))
     caplog.set_level(logging.WARNING, logger="verl_otel_bridge")
     with capture_spans() as capture:
         monkeypatch.setattr(type(capture.bridge), "session", broken)
@@ -282,7 +282,9 @@ def test_verls_own_exception_passes_through_and_marks_the_session(
     assert turn.status.status_code.name == "ERROR"
 
 
-def test_unknown_verl_method_is_logged_once_and_left_unwrapped(caplog: pytest.LogCaptureFixture) -> None:
+def test_unknown_verl_method_is_logged_once_and_left_unwrapped(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import types
 
     module = types.ModuleType("verl.experimental.agent_loop.agent_loop")
@@ -292,9 +294,10 @@ def test_unknown_verl_method_is_logged_once_and_left_unwrapped(caplog: pytest.Lo
             return None
 
     module.AgentLoopWorker = AgentLoopWorker  # type: ignore[attr-defined]
+    monkeypatch.setattr(wrapping, "_once", wrapping.OnceLogger(wrapping.logger))
     caplog.set_level(logging.WARNING, logger="verl_otel_bridge")
-    tracing.install_agent_loop(module)
-    assert not hasattr(vars(AgentLoopWorker)["_run_agent_loop"], tracing.PATCHED)
+    install.install(module)
+    assert not hasattr(vars(AgentLoopWorker)["_run_agent_loop"], wrapping.PATCHED)
     assert inspect.iscoroutinefunction(AgentLoopWorker._run_agent_loop)
     (said,) = [r for r in caplog.records if "is not the method the verl plugin knows" in r.getMessage()]
     assert "trajectory" in said.getMessage()

@@ -31,7 +31,7 @@ import pytest
 from click.testing import CliRunner
 
 from verl_otel_bridge._internal.report.html import render_html
-from verl_otel_bridge._internal.verl import tracing, trainer
+from verl_otel_bridge._internal.verl import install, wrapping
 from verl_otel_bridge.cli import app as cli
 from verl_otel_bridge.report import build_report
 from verl_otel_bridge.testing import capture_spans
@@ -295,7 +295,7 @@ def test_an_instrumentation_error_is_logged_once_and_verl_times_unchanged(
     def broken(self: Any, name: str, /, **attributes: Any) -> Any:
         raise RuntimeError("instrumentation bug")
 
-    monkeypatch.setattr(tracing, "_once", tracing.OnceLogger(tracing.logger))
+    monkeypatch.setattr(wrapping, "_once", wrapping.OnceLogger(wrapping.logger))
     caplog.set_level(logging.WARNING, logger="verl_otel_bridge")
     with capture_spans() as capture:
         monkeypatch.setattr(type(capture.bridge), "span", broken)
@@ -314,7 +314,7 @@ def test_an_instrumentation_error_is_logged_once_and_verl_times_unchanged(
 def test_a_trainer_not_as_expected_is_left_untraced_with_one_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(tracing, "_once", tracing.OnceLogger(tracing.logger))
+    monkeypatch.setattr(wrapping, "_once", wrapping.OnceLogger(wrapping.logger))
     module = types.ModuleType("verl.trainer.ppo.ray_trainer")
 
     def marked_timer(label: str, timings: dict[str, float]) -> None:  # renamed parameters
@@ -322,7 +322,7 @@ def test_a_trainer_not_as_expected_is_left_untraced_with_one_warning(
 
     module.marked_timer = marked_timer  # type: ignore[attr-defined]
     caplog.set_level(logging.WARNING, logger="verl_otel_bridge")
-    trainer.install_ray_trainer(module)
+    install.install(module)
     assert module.marked_timer is marked_timer  # type: ignore[attr-defined]
     said = [r for r in caplog.records if "is not the method the verl plugin knows" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.WARNING, logging.WARNING]  # marked_timer, RayPPOTrainer.fit

@@ -574,6 +574,21 @@ def _render_doctor(console: Any, report: Mapping[str, Any]) -> None:
         else:
             say(f"  {server['url']}: not reachable ({server['error']})")
 
+    verl = report.get("verl")
+    if verl is not None:
+        say(f"verl {verl['version']} ({verl['location']})", "bold")
+        plugin = verl["plugin"]
+        say(f"  loads verl.plugins entry points: {'yes' if verl['loads_plugins'] else 'no'}")
+        say(f"  the plugin: {'loaded by ' + plugin['loaded_by'] if plugin['loaded_by'] else 'not loaded'}")
+        if plugin["error"]:
+            say(f"  it cannot load: {plugin['error']}")
+        targets = verl["targets"]
+        expected = targets["checked"] - len(targets["not_as_expected"])
+        say(f"  what it wraps: {expected} of {targets['checked']} as expected")
+        say(f"  tracing: {verl['tracing']}")
+        say(f"  its spans go to: {verl['destination']}")
+        say(f"  RLInsightLogger verl builds: {verl['rl_insight_logger']}")
+
     for problem in report["problems"]:
         say(f"problem: {problem}", "red")
     for hint in report["hints"]:

@@ -22,6 +22,7 @@ from verl_otel_bridge._internal.records import parse_json
 from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge._internal.rl_insight.otlp import fetch_services, trace_endpoint
 from verl_otel_bridge._internal.secrets import Scrubber, mask_url, masked, secrets_in
+from verl_otel_bridge._internal.verl.checkup import checkup, plugin_config
 from verl_otel_bridge._version import __version__, distribution_version, install_command
 
 #: How long ``doctor`` waits for the RL-Insight server.
@@ -105,7 +106,9 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
     Keys: ``ok``, ``versions``, ``config`` (``error``, ``values``: key ->
     ``{value, source}``), ``route`` (where spans go and why; None when the
     configuration does not resolve), ``server`` (the RL-Insight server check;
-    None without a server URL), ``problems`` (each makes ``ok`` false), ``hints``
+    None without a server URL), ``verl`` (the installed verl and what the verl
+    plugin does there: :func:`~verl_otel_bridge._internal.verl.checkup.checkup`; None
+    without verl), ``problems`` (each makes ``ok`` false), ``hints``
     (their fixes), ``notes`` (expected states worth knowing, e.g. how to reach RL-Insight).
 
     Raises:
@@ -123,6 +126,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         "config": None,
         "route": None,
         "server": None,
+        "verl": None,
         "problems": problems,
         "hints": hints,
         "notes": notes,
@@ -150,6 +154,11 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         "rl_insight.__version__": static.version,
         "ray": ray_version,
     }
+    verl = checkup(env)  # the verl plugin: None without verl
+    if verl is not None:
+        report["verl"] = {key: value for key, value in verl.items() if key not in ("problems", "hints")}
+        problems.extend(verl["problems"])
+        hints.extend(verl["hints"])
     if config is None:
         return Scrubber(_environment_secrets(env))(report)  # type: ignore[no-any-return]
 
@@ -159,6 +168,12 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         "error": None,
         "values": {key: {"value": masked(key, value), "source": sources[key]} for key, value in values.items()},
     }
+    if verl is not None and verl["plugin"]["loaded_by"] and not verl["plugin"]["error"]:
+        try:  # verl's processes trace with the plugin's configuration: where spans go is where it sends them
+            config = plugin_config(env)
+            notes.append("verl loads the verl plugin: 'Where spans go' is where its processes send them")
+        except ValueError:
+            pass  # said in the verl problems; the environment's own configuration below
     spill = SpillSettings.of(config)
     if spill is not None:  # the directory status() reports, also when the default chooses it
         report["config"]["values"]["spill_dir"]["value"] = spill.spill_dir

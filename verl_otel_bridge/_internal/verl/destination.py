@@ -5,10 +5,13 @@ The plugin's workers build their bridge with :func:`worker_config`. It is
 none of these is set: the bridge keys ``exporter`` (also read from ``OTEL_TRACES_EXPORTER``),
 ``fallback``, ``jsonl_path``, ``capture_dir``, ``otlp_endpoint`` (also read from
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), from
-``VERL_OTEL_BRIDGE_*`` or verl's ``otel_bridge`` section, or ``rl_insight`` in verl's
-``trainer.logger``. Then:
+``VERL_OTEL_BRIDGE_*`` or verl's ``otel_bridge`` section. Then:
 
-* an OTLP endpoint makes it ``otlp``;
+* RL-Insight selected (``rl_insight`` in verl's ``trainer.logger``, ``VERL_RL_INSIGHT_ENABLE=1``):
+  RL-Insight when usable, else the fallback ``jsonl``: to ``jsonl_path`` or ``capture_dir``
+  when given, else into :func:`default_dir`'s capture layout (said at INFO: the bridge warns
+  that RL-Insight is not usable);
+* else an OTLP endpoint makes it ``otlp``;
 * ``jsonl_path`` or ``capture_dir`` alone makes it ``jsonl`` (that one file, or run folders in that directory);
 * with none of them, ``jsonl`` writes the capture layout into :func:`default_dir`
   (:mod:`verl_otel_bridge._internal.captures`: ``<run>/global_steps=<n>/<host>-<pid>-<k>.jsonl.gz``),
@@ -66,21 +69,65 @@ def default_dir(environ: Mapping[str, str] | None = None) -> Path:
     return base / "verl_otel_bridge" / "spans"
 
 
-def worker_config(verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None) -> BridgeConfig:
-    """:func:`~verl_otel_bridge._internal.verl.config.bridge_config`, with the plugin's default destination when none is
-    configured (see the module docstring).
+def worker_config(
+    verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None, **overrides: Any
+) -> BridgeConfig:
+    """:func:`~verl_otel_bridge._internal.verl.config.bridge_config` (with keyword ``overrides``), with the plugin's
+    default destination when none is configured (see the module docstring): :func:`planned`, and the run
+    folder in :func:`default_dir` made when it is the destination or the fallback.
 
     Raises:
         ValueError: a bad setting (as ``bridge_config``; ``OTEL_TRACES_EXPORTER`` naming no exporter is one).
     """
     env = os.environ if environ is None else environ
-    config = bridge_config(verl_config, environ=env)
-    chosen = _configured(config, verl_config, env)
-    if chosen is not None:
-        return chosen
-    configured = config
-    config = dataclasses.replace(config, exporter="jsonl", capture_dir=str(default_dir(env)))
-    run = run_folder(config)
+    config, in_default_dir = planned(verl_config, environ=env, **overrides)
+    if in_default_dir is None:
+        return config
+    return _in_default_dir(config, env, fallback=in_default_dir == "fallback")
+
+
+def planned(
+    verl_config: Mapping[str, Any], /, *, environ: Mapping[str, str] | None = None, **overrides: Any
+) -> tuple[BridgeConfig, str | None]:
+    """What :func:`worker_config` decides, before it makes any folder: the config, and ``"exporter"`` or
+    ``"fallback"`` when the capture layout in :func:`default_dir` is then the exporter or RL-Insight's fallback.
+
+    Raises:
+        ValueError: as :func:`worker_config`.
+    """
+    env = os.environ if environ is None else environ
+    config = bridge_config(verl_config, environ=env, **overrides)
+    if not config.enabled:
+        return config, None
+    sources = value_sources(bridge_section(verl_config), environ=env, **overrides)
+    given = {key for key in DESTINATION_KEYS if sources[key] != "default"}
+    if {"exporter", "fallback"} & given:
+        return config, None
+    local = {"jsonl_path", "capture_dir"} & given
+    if config.rl_insight_enable is True:  # RL-Insight when usable; the local destination is its fallback
+        return (dataclasses.replace(config, fallback="jsonl"), None) if local else (config, "fallback")
+    if "otlp_endpoint" in given:
+        return dataclasses.replace(config, exporter="otlp"), None
+    if local:
+        return dataclasses.replace(config, exporter="jsonl"), None
+    return config, "exporter"
+
+
+def in_default_layout(config: BridgeConfig, env: Mapping[str, str], *, fallback: bool) -> BridgeConfig:
+    """``config`` writing (``fallback``: falling back) into the capture layout in :func:`default_dir`; nothing is
+    made."""
+    capture_dir = str(default_dir(env))
+    if fallback:
+        return dataclasses.replace(config, fallback="jsonl", capture_dir=capture_dir)
+    return dataclasses.replace(config, exporter="jsonl", capture_dir=capture_dir)
+
+
+def _in_default_dir(config: BridgeConfig, env: Mapping[str, str], *, fallback: bool) -> BridgeConfig:
+    """``config`` writing (``fallback``: falling back) into the capture layout in :func:`default_dir`, its run
+    folder made private now; said once per run folder: at WARNING, or at INFO for a fallback (the bridge says
+    at WARNING when RL-Insight is not usable)."""
+    chosen = in_default_layout(config, env, fallback=fallback)
+    run = run_folder(chosen)
     try:
         private_dir(private_dir(run.parent) / run.name)  # the default directory is the bridge's: private too
     except OSError as exc:
@@ -91,34 +138,22 @@ def worker_config(verl_config: Mapping[str, Any], /, *, environ: Mapping[str, st
             exc,
             _HOW_TO_CHOOSE,
         )
-        return configured
+        return config
     _once.log(
         f"default:{run}",
-        logging.WARNING,
-        "verl_otel_bridge: no destination is configured for spans, so this process writes them as gzip JSON Lines "
-        "into the run folder %s (a folder per step, global_steps=<n>/%s; read them with: verl-otel-bridge "
-        "report %s). To choose another destination: %s",
+        logging.INFO if fallback else logging.WARNING,
+        "verl_otel_bridge: %s, so this process writes them as gzip JSON Lines into the run folder %s (a folder "
+        "per step, global_steps=<n>/%s; read them with: verl-otel-bridge report %s). To choose another "
+        "destination: %s",
+        "while RL-Insight is not usable, spans have no other destination configured"
+        if fallback
+        else "no destination is configured for spans",
         run,
         file_name(0),
         run,
         _HOW_TO_CHOOSE,
     )
-    return config
-
-
-def _configured(config: BridgeConfig, verl_config: Mapping[str, Any], env: Mapping[str, str]) -> BridgeConfig | None:
-    """``config`` with the destination its settings name, or None when none does (the default directory)."""
-    if config.rl_insight_enable is True or not config.enabled:
-        return config
-    sources = value_sources(bridge_section(verl_config), environ=env)
-    given = {key for key in DESTINATION_KEYS if sources[key] != "default"}
-    if {"exporter", "fallback"} & given:
-        return config
-    if "otlp_endpoint" in given:
-        return dataclasses.replace(config, exporter="otlp")
-    if {"jsonl_path", "capture_dir"} & given:
-        return dataclasses.replace(config, exporter="jsonl")
-    return None
+    return chosen
 
 
 def warn_if_spread(verl_config: Mapping[str, Any], *, environ: Mapping[str, str] | None = None) -> None:
@@ -129,7 +164,7 @@ def warn_if_spread(verl_config: Mapping[str, Any], *, environ: Mapping[str, str]
     if ray is None or not ray.is_initialized():
         return
     try:
-        if _configured(bridge_config(verl_config, environ=env), verl_config, env) is not None:
+        if planned(verl_config, environ=env)[1] != "exporter":
             return
         alive = [node for node in ray.nodes() if node.get("Alive")]
         addresses = [f"{node.get('NodeManagerHostname')} ({node.get('NodeManagerAddress')})" for node in alive]

@@ -19,23 +19,30 @@ usable. ``docs/verl.md`` lists every behaviour difference.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, ClassVar
 
 from packaging.version import Version
 
 from verl_otel_bridge._internal.accounting import VERL_METRICS_FAILED, VERL_METRICS_SKIPPED
-from verl_otel_bridge._internal.config import RL_INSIGHT_ENABLE_ENV, ConfigError, environment_value
-from verl_otel_bridge._internal.current import configure, get_bridge
+from verl_otel_bridge._internal.bridge import Bridge
+from verl_otel_bridge._internal.config import RL_INSIGHT_ENABLE_ENV, BridgeConfig, ConfigError, environment_value
+from verl_otel_bridge._internal.current import configure, current_bridge, get_bridge
 from verl_otel_bridge._internal.identity import IdentityFields, SessionIdentity
 from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge._internal.rl_insight.compat import Probe
 from verl_otel_bridge._internal.session import Session
+from verl_otel_bridge._internal.verl import destination
 from verl_otel_bridge._internal.verl.config import bridge_config
+from verl_otel_bridge._internal.verl.switch import RL_INSIGHT_LOGGER_ENV, RL_INSIGHT_LOGGERS
+from verl_otel_bridge._internal.verl.targets import RL_INSIGHT_LOGGER, TRACKING
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +129,7 @@ class RLInsightLogger:
             overrides["project"] = project_name
         if experiment_name is not None:
             overrides["experiment_name"] = experiment_name
-        bridge = configure(bridge_config(config or {}, **overrides))
+        bridge = configure(cls._config(config or {}, overrides))
         cls._init_done = True
         probe = bridge.rl_insight_probe(initialize=True)
         if probe is not None and probe.usable:
@@ -137,7 +144,7 @@ class RLInsightLogger:
             return
         probe = cls._usable("log")
         if probe is None or probe.module is None:
-            get_bridge().counts.add(VERL_METRICS_SKIPPED, len(data))
+            cls._bridge().counts.add(VERL_METRICS_SKIPPED, len(data))
             return
         for key, value in data.items():
             try:
@@ -147,7 +154,7 @@ class RLInsightLogger:
             try:
                 probe.module.metric_gauge(str(key).replace("/", "_"), number)
             except Exception as exc:  # noqa: BLE001 - metrics must not break the training step
-                get_bridge().counts.add(VERL_METRICS_FAILED)
+                cls._bridge().counts.add(VERL_METRICS_FAILED)
                 cls._once.log(f"log:{type(exc).__name__}", logging.WARNING, "rl_insight.metric_gauge raised %r", exc)
 
     @classmethod
@@ -166,7 +173,7 @@ class RLInsightLogger:
         attributes = {**labels, "monitor.trace_segment": "state_interval", "state_name": state_name}
         if state_lane_id is not None:
             attributes["state_lane_id"] = state_lane_id
-        with get_bridge().span(state_name, **attributes):
+        with cls._bridge().span(state_name, **attributes):
             yield
 
     @classmethod
@@ -181,7 +188,7 @@ class RLInsightLogger:
         """Disabled: nothing. Enabled: ``record_span`` (exported in the background, never blocking)."""
         if not cls.enabled():
             return
-        get_bridge().record_span(name, start_time_ns=start_time_ns, end_time_ns=end_time_ns, attributes=attributes)
+        cls._bridge().record_span(name, start_time_ns=start_time_ns, end_time_ns=end_time_ns, attributes=attributes)
 
     @classmethod
     def agent_loop_session(
@@ -215,7 +222,7 @@ class RLInsightLogger:
         }
         if not cls.enabled():  # what verl's call gives with RL-Insight 0.3.0 installed: the identity, no span
             return AgentLoopSession(SessionIdentity.create(**fields))
-        session_ = get_bridge().start_session(**fields)
+        session_ = cls._bridge().start_session(**fields)
         return AgentLoopSession(session_.identity, session_)
 
     @classmethod
@@ -274,7 +281,7 @@ class RLInsightLogger:
         """
         if not (cls._init_done or rl_insight_compat.init_calls()):
             return
-        bridge = get_bridge()
+        bridge = cls._bridge()
         probe = bridge.rl_insight_probe()
         bridge.force_flush()
         if probe is not None and probe.module is not None and rl_insight_compat.init_calls():
@@ -286,6 +293,21 @@ class RLInsightLogger:
             cls._init_done = False
             cls._registered_metrics.clear()
             cls._pending_metrics.clear()
+
+    @classmethod
+    def _config(cls, verl_config: Any, overrides: Mapping[str, Any]) -> BridgeConfig:
+        """The bridge configuration :meth:`init` makes current: the verl config's, with ``overrides``."""
+        return bridge_config(verl_config, **overrides)
+
+    @classmethod
+    def _bridge(cls) -> Bridge:
+        """The bridge every member uses: the current one (built from the environment if none)."""
+        return get_bridge()
+
+    @classmethod
+    def _degraded_level(cls, probe: Probe | None) -> int:
+        """The level of the one line per feature and reason that says a feature is degraded."""
+        return logging.WARNING
 
     @staticmethod
     def rollout_state_lane_id(rank: int, prefix: str = "rollout") -> str:
@@ -317,7 +339,7 @@ class RLInsightLogger:
 
         Usable, it also makes the metrics registrations still pending.
         """
-        bridge = get_bridge()
+        bridge = cls._bridge()
         probe = bridge.rl_insight_probe(initialize=True)
         if probe is not None and probe.usable:
             if cls._pending_metrics and feature != "register_metrics":
@@ -327,12 +349,115 @@ class RLInsightLogger:
         reason = probe.detail if probe is not None else "the bridge is configured without RL-Insight"
         cls._once.log(
             f"{feature}:{probe.reason if probe else 'none'}",
-            logging.WARNING,
+            cls._degraded_level(probe),
             "RLInsightLogger.%s: RL-Insight not usable (%s); degraded, counted in verl_otel_bridge.status()",
             feature,
             reason,
         )
         return None
+
+
+class PluginRLInsightLogger(RLInsightLogger):
+    """What verl's own code gets for ``RLInsightLogger`` when the plugin is loaded and RL-Insight is selected
+    (:func:`select_logger`): the drop-in, whose spans go where the plugin's go.
+
+    Its bridge is the plugin's (:func:`~verl_otel_bridge._internal.verl.destination.worker_config`):
+    RL-Insight when usable, else the fallback, by default this process's JSON Lines file in the
+    plugin's default directory, so nothing stays in a memory buffer that is gone at exit.
+    """
+
+    @classmethod
+    def _config(cls, verl_config: Any, overrides: Mapping[str, Any]) -> BridgeConfig:
+        return destination.worker_config(verl_config, **overrides)
+
+    @classmethod
+    def _bridge(cls) -> Bridge:
+        bridge = current_bridge()
+        if bridge is not None:
+            return bridge
+        with _configuring:
+            bridge = current_bridge()
+            if bridge is not None:
+                return bridge
+            try:
+                return configure(cls._config({}, {"rl_insight_enable": True}))
+            except ValueError as exc:  # a bad setting: the environment's bridge leaves it out and says so
+                logger.error("verl_otel_bridge: %s", exc)
+                return get_bridge()
+
+    @classmethod
+    def _degraded_level(cls, probe: Probe | None) -> int:
+        # The bridge's probe has just said at WARNING why RL-Insight is not usable (and reminds while it
+        # lasts): one WARNING per process, not one more per feature. Without a probe nobody said it.
+        return logging.INFO if probe is not None else logging.WARNING
+
+
+_configuring = threading.Lock()
+
+
+@dataclass(frozen=True)
+class LoggerChoice:
+    """Which ``RLInsightLogger`` verl's own lookups get, and why (in words)."""
+
+    plugin: bool
+    reason: str
+    #: The value of :data:`RL_INSIGHT_LOGGER_ENV` is neither of :data:`RL_INSIGHT_LOGGERS`.
+    bad_setting: bool = False
+
+
+def logger_choice(environ: Mapping[str, str] | None = None) -> LoggerChoice:
+    """The plugin's class when RL-Insight is selected (``VERL_RL_INSIGHT_ENABLE`` on, as
+    :meth:`RLInsightLogger.enabled` reads it) unless :data:`RL_INSIGHT_LOGGER_ENV` is ``verl``."""
+    env = os.environ if environ is None else environ
+    setting = env.get(RL_INSIGHT_LOGGER_ENV, "").strip()
+    try:
+        selected = environment_value(RL_INSIGHT_ENABLE_ENV, env) is True
+    except ConfigError:
+        selected = False
+    if not selected:
+        return LoggerChoice(
+            False,
+            f"RL-Insight is not selected ({RL_INSIGHT_ENABLE_ENV} is not on; verl sets it to 1 when trainer.logger "
+            "lists rl_insight), so verl's own class is left alone",
+        )
+    if setting.lower() not in ("", *RL_INSIGHT_LOGGERS):
+        return LoggerChoice(
+            False,
+            f"{RL_INSIGHT_LOGGER_ENV}={setting!r} is neither of {', '.join(RL_INSIGHT_LOGGERS)}, so verl's own "
+            "class is kept",
+            bad_setting=True,
+        )
+    if setting.lower() == "verl":
+        return LoggerChoice(False, f"RL-Insight is selected, and {RL_INSIGHT_LOGGER_ENV}=verl keeps verl's own class")
+    return LoggerChoice(
+        True,
+        f"RL-Insight is selected ({RL_INSIGHT_ENABLE_ENV}=1), so verl's RLInsightLogger is the bridge's: RL-Insight "
+        f"when usable, else the plugin's local destination ({RL_INSIGHT_LOGGER_ENV}=verl keeps verl's own)",
+    )
+
+
+_said = OnceLogger(logger)
+
+
+def select_logger(original: Any, module: ModuleType) -> Any:
+    """What ``module``'s ``RLInsightLogger`` becomes when verl imports it.
+
+    In ``verl.utils.tracking``, which defines it: :class:`PluginRLInsightLogger` if :func:`logger_choice`
+    says so (one INFO line per process), else verl's ``original``. Every other module gets what
+    ``verl.utils.tracking`` has (it imports the class from there), so one process never mixes the two.
+    """
+    if module.__name__ != TRACKING:
+        defining = sys.modules.get(TRACKING)
+        return getattr(defining, RL_INSIGHT_LOGGER, original) if defining is not None else original
+    if not isinstance(original, type) or issubclass(original, RLInsightLogger):
+        return original
+    choice = logger_choice()
+    if choice.bad_setting:
+        _said.log("bad", logging.WARNING, "verl_otel_bridge: %s", choice.reason)
+    if not choice.plugin:
+        return original
+    _said.log("chosen", logging.INFO, "verl_otel_bridge: %s", choice.reason)
+    return PluginRLInsightLogger
 
 
 def _rollout_trace_names() -> tuple[Any, Any]:

@@ -1,4 +1,5 @@
-"""verl's own agent loops as bridge sessions: the wrappers the plugin installs (verl 0.9.1).
+"""verl's own agent loops as bridge sessions: the wrappers the plugin installs (what each wraps and reads:
+:data:`~verl_otel_bridge._internal.verl.targets.TARGETS`).
 
 Per trajectory (``AgentLoopWorker._run_agent_loop``) one ``agent_session``
 with verl's identity (``sample`` = sample_index, ``session`` = rollout_n,
@@ -59,45 +60,19 @@ from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.session import Session
 from verl_otel_bridge._internal.verl import destination
 from verl_otel_bridge._internal.verl.switch import BACKEND, SWITCH_ENV
+from verl_otel_bridge._internal.verl.targets import TOOL_ERRORS
+from verl_otel_bridge._internal.verl.wrapping import PATCHED, patch, warn
 
 logger = logging.getLogger(__name__)
 _once = OnceLogger(logger)
 
-Wrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
 ExcInfo = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
 _NO_EXCEPTION: ExcInfo = (None, None, None)
 
-#: Set on each method the plugin replaced (so a class is patched once).
-PATCHED = "__verl_otel_bridge_patched__"
-
-#: ``DataProto.meta_info`` key of the trainer's trace context (see :func:`install_agent_loop`).
+#: ``DataProto.meta_info`` key of the trainer's trace context (see :func:`manager_generate_sequences`).
 CARRIER_KEY = "verl_otel_bridge.carrier"
 #: Longest the end of ``AgentLoopWorker.generate_sequences`` waits for its spans' export.
 FLUSH_TIMEOUT_S = 5.0
-#: How verl 0.9.1's ``ToolAgentLoop._call_tool`` answers a failed tool call (its result text
-#: starts so), and the ``error.type`` the tool turn gets for each.
-TOOL_ERRORS = (
-    ("Error executing tool '", "tool_exception"),
-    ("Unknown function '", "unknown_tool"),
-    ("Invalid JSON in arguments for '", "invalid_tool_arguments"),
-)
-
-# Parameters verl 0.9.1's methods have; another verl version without them is not wrapped.
-_EXPECTED: dict[str, tuple[str, ...]] = {
-    "AgentLoopWorker.__init__": ("config",),
-    "AgentLoopWorker._run_agent_loop": ("sampling_params", "trajectory", "agent_name", "trace"),
-    "AgentLoopWorker.generate_sequences": ("batch",),
-    "AgentLoopManager.generate_sequences": ("prompts",),
-    "AgentLoopBase.__init__": (),
-    "ToolAgentLoop._call_tool": ("tool_call", "tools_kwargs", "agent_data"),
-    "LLMServerClient.generate": ("request_id", "prompt_ids"),
-    "LLMServerClient._acquire_server": ("request_id",),
-    # verl.trainer.ppo.ray_trainer and verl.utils.tracking (verl_otel_bridge._internal.verl.trainer)
-    "marked_timer": ("name", "timing_raw"),
-    "RayPPOTrainer.fit": (),
-    "Tracking.__init__": ("project_name", "experiment_name", "config"),
-    "Tracking.log": ("data", "step"),
-}
 
 
 class _Trajectory:
@@ -204,11 +179,6 @@ def _rollout_trace_config() -> Any:
     return rollout_trace.RolloutTraceConfig.get_instance() if rollout_trace is not None else None
 
 
-def _warn(what: str, exc: Exception) -> None:
-    """Log an instrumentation failure once per kind at WARNING (verl goes on as if unwrapped)."""
-    _once.log(f"{what}:{type(exc).__name__}", logging.WARNING, "verl tracing: %s failed: %r", what, exc)
-
-
 def _enter(what: str, make: Callable[..., AbstractContextManager[Any]], *args: Any, **kwargs: Any) -> Any:
     """``(scope, scope.__enter__())`` for ``scope = make(*args, **kwargs)``, or None after logging an exception
     (the caller then runs verl's method untraced)."""
@@ -216,7 +186,7 @@ def _enter(what: str, make: Callable[..., AbstractContextManager[Any]], *args: A
         scope = make(*args, **kwargs)
         return scope, scope.__enter__()
     except Exception as exc:  # noqa: BLE001 - instrumentation must never break verl
-        _warn(what, exc)
+        warn(what, exc)
         return None
 
 
@@ -226,7 +196,7 @@ def _exit(what: str, scope: AbstractContextManager[Any], exc_info: ExcInfo) -> N
         scope.__exit__(*exc_info)
     except Exception as exc:  # noqa: BLE001
         if exc is not exc_info[1]:  # the block's own exception, re-raised by the scope, is the caller's to raise
-            _warn(what, exc)
+            warn(what, exc)
 
 
 def _record_and_end(what: str, scope: AbstractContextManager[Any], record: Callable[..., None], *args: Any) -> None:
@@ -234,106 +204,24 @@ def _record_and_end(what: str, scope: AbstractContextManager[Any], record: Calla
     try:
         record(*args)
     except Exception as exc:  # noqa: BLE001
-        _warn(f"recording {what}", exc)
+        warn(f"recording {what}", exc)
     _exit(f"ending {what}", scope, _NO_EXCEPTION)
 
 
-# --------------------------------------------------------------------------- installing
+# --------------------------------------------------------------------------- verl's rollout-trace decorator
 
 
-def _recognised(module: ModuleType, target: str) -> bool:
-    try:
-        function: Any = functools.reduce(getattr, target.split("."), module)
-        parameters = inspect.signature(function).parameters
-    except (AttributeError, TypeError, ValueError):
-        parameters = None
-    missing = [p for p in _EXPECTED[target] if parameters is None or p not in parameters]
-    if parameters is None or missing:
-        version = getattr(sys.modules.get("verl"), "__version__", "?")
-        _once.log(
-            f"unrecognised:{target}",
-            logging.WARNING,
-            "verl %s: %s.%s is not the method the verl plugin knows (missing %s); it is not traced",
-            version,
-            module.__name__,
-            target,
-            missing or "the method",
-        )
-        return False
-    return True
+def rollout_trace_op(original: Callable[..., Any], module: ModuleType) -> Callable[..., Any]:
+    """``verl.utils.rollout_trace.rollout_trace_op`` (``original``) made to call the decorated method directly
+    when verl's backend is ``otel``; with any other backend (or none) verl's own wrapper runs as before.
 
-
-def _wrap(module: ModuleType, target: str, wrapper: Wrapper) -> bool:
-    if not _recognised(module, target):
-        return False
-    owner, _, method = target.partition(".")
-    patch(getattr(module, owner), method, wrapper)
-    return True
-
-
-def patch(owner: type, name: str, wrapper: Wrapper) -> None:
-    """Replace ``owner.name`` by a plain function (a coroutine function for a coroutine function) calling
-    ``wrapper(original, self, args, kwargs)``; a method already patched is left alone.
-
-    A plain function with the original's ``__module__`` and ``__qualname__`` (not a ``wrapt``
-    proxy): Ray pickles an actor class's methods by reference to that name, so an
-    ``AgentLoopWorker`` actor runs the patched method of its own process.
-    """
-    original = vars(owner)[name]
-    if getattr(original, PATCHED, False):
-        return
-    if inspect.iscoroutinefunction(original):
-
-        @functools.wraps(original)
-        async def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return await wrapper(original, self, args, kwargs)
-
-    else:
-
-        @functools.wraps(original)
-        def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return wrapper(original, self, args, kwargs)
-
-    setattr(patched, PATCHED, True)
-    setattr(owner, name, patched)
-
-
-def install_agent_loop(module: ModuleType) -> None:
-    """Wrap ``verl.experimental.agent_loop.agent_loop`` (its worker, manager and loop base class)."""
-    if not _wrap(module, "AgentLoopWorker._run_agent_loop", _run_agent_loop):
-        return  # without the session nothing else has a place to go
-    _wrap(module, "AgentLoopWorker.__init__", _worker_init)
-    _wrap(module, "AgentLoopWorker.generate_sequences", _worker_generate_sequences)
-    _wrap(module, "AgentLoopManager.generate_sequences", _manager_generate_sequences)
-    _wrap(module, "AgentLoopBase.__init__", _loop_init)
-
-
-def install_tool_agent_loop(module: ModuleType) -> None:
-    """Wrap ``ToolAgentLoop._call_tool``, which sees ``BaseTool`` subclasses and function tools alike."""
-    _wrap(module, "ToolAgentLoop._call_tool", _call_tool)
-
-
-def install_llm_server(module: ModuleType) -> None:
-    """Wrap ``LLMServerClient.generate`` (one generate turn per call) and ``_acquire_server`` (which server)."""
-    _wrap(module, "LLMServerClient.generate", _generate)
-    _wrap(module, "LLMServerClient._acquire_server", _acquire_server)
-
-
-def install_rollout_trace(module: ModuleType) -> None:
-    """Make ``verl.utils.rollout_trace.rollout_trace_op`` call the decorated method directly when verl's
-    backend is ``otel``; with any other backend (or none) verl's own wrapper runs as before.
-
-    Runs when that module is imported, before verl's agent-loop, tool and LLM-client modules
+    Installed when that module is imported, before verl's agent-loop, tool and LLM-client modules
     import the decorator by name, so their methods are decorated by this one.
     """
-    original = getattr(module, "rollout_trace_op", None)
-    config = getattr(module, "RolloutTraceConfig", None)
-    if original is None or config is None or getattr(original, PATCHED, False):
-        return
-    get_backend = config.get_backend
+    get_backend = module.RolloutTraceConfig.get_backend
 
     @functools.wraps(original)
-    def rollout_trace_op(func: Callable[..., Any]) -> Callable[..., Any]:
+    def decorator(func: Callable[..., Any]) -> Callable[..., Any]:
         traced = original(func)
         if inspect.iscoroutinefunction(func):
 
@@ -353,14 +241,14 @@ def install_rollout_trace(module: ModuleType) -> None:
 
         return op
 
-    setattr(rollout_trace_op, PATCHED, True)
-    module.rollout_trace_op = rollout_trace_op  # type: ignore[attr-defined]
+    setattr(decorator, PATCHED, True)
+    return decorator
 
 
 # --------------------------------------------------------------------------- the worker
 
 
-def _worker_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
+def worker_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
     """After verl's ``__init__``: a process with no bridge yet gets one from verl's config and its environment.
 
     Raises:
@@ -390,7 +278,7 @@ def configure_from_verl(verl_config: Any, backend: Callable[[], Any]) -> None:
         if not wanted(backend()):
             return
     except Exception as exc:  # noqa: BLE001
-        _warn("reading the backend", exc)
+        warn("reading the backend", exc)
         return
     try:
         config = destination.worker_config(verl_config)
@@ -404,13 +292,13 @@ def configure_from_verl(verl_config: Any, backend: Callable[[], Any]) -> None:
     current.configure(config)
 
 
-async def _worker_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+async def worker_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """Continue the trainer's trace (when it sent one); export this call's spans before returning or raising."""
     try:
         batch = args[0] if args else kwargs.get("batch")
         carrier = batch.meta_info.pop(CARRIER_KEY, None)
     except Exception as exc:  # noqa: BLE001
-        _warn("reading the carrier", exc)
+        warn("reading the carrier", exc)
         carrier = None
     traced = _Call()
     token = _traced_calls.set(traced)
@@ -442,10 +330,10 @@ async def _flush(traced: list[Bridge], *, wait_for_network: bool) -> None:
         try:
             await loop.run_in_executor(None, flush)
         except Exception as exc:  # noqa: BLE001
-            _warn("flushing", exc)
+            warn("flushing", exc)
 
 
-def _manager_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def manager_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """On the trainer: hand the current span (if any) to the workers, so their sessions are its children.
 
     Not a coroutine function: verl's method is ``auto_await`` (sync from sync code), so the
@@ -458,15 +346,15 @@ def _manager_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: 
                 prompts = args[0] if args else kwargs["prompts"]
                 prompts.meta_info[CARRIER_KEY] = carrier
     except Exception as exc:  # noqa: BLE001
-        _warn("sending the trace context", exc)
+        warn("sending the trace context", exc)
     return wrapped(instance, *args, **kwargs)
 
 
-async def _run_agent_loop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+async def run_agent_loop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     try:
         started = _start(instance, args, kwargs)
     except Exception as exc:  # noqa: BLE001
-        _warn("starting the session", exc)
+        warn("starting the session", exc)
         started = None
     if started is None:
         return await wrapped(instance, *args, **kwargs)
@@ -479,7 +367,7 @@ async def _run_agent_loop(wrapped: Any, instance: Any, args: Any, kwargs: Any) -
     try:
         _finish(trajectory, output)
     except Exception as exc:  # noqa: BLE001
-        _warn("recording the trajectory", exc)
+        warn("recording the trajectory", exc)
     _stop(scope, token, _NO_EXCEPTION)
     return output
 
@@ -551,13 +439,13 @@ def _finish(trajectory: _Trajectory, output: Any) -> None:
 # --------------------------------------------------------------------------- the loops
 
 
-def _loop_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
+def loop_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
     """After ``AgentLoopBase.__init__``: wrap the ``run`` of this loop's class (once per class)."""
     wrapped(instance, *args, **kwargs)
     try:
         _wrap_run(type(instance))
     except Exception as exc:  # noqa: BLE001
-        _warn("wrapping the loop's run", exc)
+        warn("wrapping the loop's run", exc)
 
 
 def _wrap_run(cls: type) -> None:
@@ -591,7 +479,7 @@ def _record_run(trajectory: _Trajectory, task: TaskHandle, output: Any) -> None:
     trajectory.set({p.RESPONSE_LENGTH: len(output.response_ids), p.NUM_TURNS: output.num_turns})
 
 
-async def _generate(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+async def generate(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     trajectory = _trajectory.get()
     if trajectory is None or _generate_turn.get() is not None:  # untraced, or a subclass calling super()
         return await wrapped(instance, *args, **kwargs)
@@ -635,18 +523,18 @@ def _record_generate(
     )
 
 
-async def _acquire_server(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+async def acquire_server(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     result = await wrapped(instance, *args, **kwargs)
     turn = _generate_turn.get()
     if turn is not None:
         try:
             turn.span.set_attribute(p.SERVER_ADDRESS, str(result[0]))
         except Exception as exc:  # noqa: BLE001
-            _warn("recording the server", exc)
+            warn("recording the server", exc)
     return result
 
 
-async def _call_tool(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+async def call_tool(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     trajectory = _trajectory.get()
     if trajectory is None:
         return await wrapped(instance, *args, **kwargs)
@@ -658,7 +546,7 @@ async def _call_tool(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
         tool_call = args[0] if args else kwargs["tool_call"]
         turn.record(tools=tool_call.name, tool_args=tool_call.arguments)
     except Exception as exc:  # noqa: BLE001
-        _warn("recording the tool call", exc)
+        warn("recording the tool call", exc)
     started = time.perf_counter()
     try:
         result = await wrapped(instance, *args, **kwargs)
@@ -692,4 +580,4 @@ def _tool_failed(turn: TurnHandle, error_type: str, description: str | None) -> 
         if description is not None:
             mark_failed(turn.span, description)
     except Exception as exc:  # noqa: BLE001
-        _warn("recording the tool failure", exc)
+        warn("recording the tool failure", exc)

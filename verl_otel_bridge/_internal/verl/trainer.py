@@ -1,4 +1,5 @@
-"""verl's training steps as traces: the wrappers the plugin installs on verl's PPO trainer (verl 0.9.1).
+"""verl's training steps as traces: the wrappers the plugin installs on verl's PPO trainer (the targets:
+:data:`~verl_otel_bridge._internal.verl.targets.TARGETS`).
 
 ``RayPPOTrainer.fit`` times each phase of a step with ``marked_timer`` (imported by
 name into ``verl.trainer.ppo.ray_trainer``) and, after the step, logs its metrics
@@ -46,18 +47,9 @@ from verl_otel_bridge._internal import protocol as p
 from verl_otel_bridge._internal.bridge import Bridge
 from verl_otel_bridge._internal.scopes import SpanBlock
 from verl_otel_bridge._internal.spans import record_error
-from verl_otel_bridge._internal.verl.tracing import (
-    FLUSH_TIMEOUT_S,
-    PATCHED,
-    _recognised,
-    _warn,
-    _wrap,
-    configure_from_verl,
-    wanted,
-)
+from verl_otel_bridge._internal.verl.tracing import FLUSH_TIMEOUT_S, configure_from_verl, wanted
+from verl_otel_bridge._internal.verl.wrapping import PATCHED, warn
 
-#: The function of ``verl.trainer.ppo.ray_trainer`` that times each phase.
-_TIMER = "marked_timer"
 #: Metric attributes per ``training_step.metrics`` record: below OpenTelemetry's default of 128 per span.
 METRICS_PER_RECORD = 100
 
@@ -90,28 +82,12 @@ _run: ContextVar[_Run | None] = ContextVar("verl_otel_bridge_run", default=None)
 _step: ContextVar[_Step | None] = ContextVar("verl_otel_bridge_step", default=None)
 
 
-# --------------------------------------------------------------------------- installing
-
-
-def install_ray_trainer(module: ModuleType) -> None:
-    """Wrap ``verl.trainer.ppo.ray_trainer``: its ``marked_timer`` (one span per phase) and ``RayPPOTrainer.fit``."""
-    if _recognised(module, _TIMER):
-        timer = vars(module)[_TIMER]
-        if not getattr(timer, PATCHED, False):
-            setattr(module, _TIMER, _phase_timers(timer))
-    _wrap(module, "RayPPOTrainer.fit", _fit)
-
-
-def install_tracking(module: ModuleType) -> None:
-    """Wrap ``verl.utils.tracking.Tracking``: ``__init__`` names the run, ``log`` ends the step."""
-    _wrap(module, "Tracking.__init__", _tracking_init)
-    _wrap(module, "Tracking.log", _log)
-
-
 # --------------------------------------------------------------------------- the wrappers
 
 
-def _phase_timers(original: Callable[..., Any]) -> Callable[..., Any]:
+def phase_timers(original: Callable[..., Any], module: ModuleType) -> Callable[..., Any]:
+    """``marked_timer`` of ``verl.trainer.ppo.ray_trainer`` (``original``), each block inside its phase's span."""
+
     @functools.wraps(original)
     def marked_timer(name: Any, timing_raw: Any, *args: Any, **kwargs: Any) -> _PhaseTimer:
         return _PhaseTimer(name, original(name, timing_raw, *args, **kwargs))
@@ -134,7 +110,7 @@ class _PhaseTimer:
         try:
             self._phase = _enter_phase(self._name)
         except Exception as exc:  # noqa: BLE001 - instrumentation must never break verl
-            _warn("starting the phase", exc)
+            warn("starting the phase", exc)
         try:
             return self._timer.__enter__()
         except BaseException as exc:
@@ -155,7 +131,7 @@ class _PhaseTimer:
             try:
                 _leave_phase(*phase, exc)
             except Exception as error:  # noqa: BLE001
-                _warn("ending the phase", error)
+                warn("ending the phase", error)
 
 
 def _enter_phase(name: Any) -> tuple[_Step, Any] | None:
@@ -244,7 +220,7 @@ def _arguments(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> dict[str,
     return dict(inspect.signature(wrapped).bind(instance, *args, **kwargs).arguments)
 
 
-def _tracking_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
+def tracking_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
     """After verl's ``__init__``: remember the run (name, backend) for the steps of this context; configure
     a bridge from verl's config if the process has none and tracing is wanted.
 
@@ -257,7 +233,7 @@ def _tracking_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
         config = arguments.get("config")
         run = _Run(arguments.get("project_name"), arguments.get("experiment_name"), _backend(config))
     except Exception as exc:  # noqa: BLE001
-        _warn("reading the run", exc)
+        warn("reading the run", exc)
         return
     _run.set(run)
     if config is not None:
@@ -272,7 +248,7 @@ def _backend(config: Any) -> Any:
     return section.get("backend") if isinstance(section, Mapping) else None
 
 
-def _log(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def tracking_log(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """verl's ``Tracking.log``, then: the open step gets the metrics and, outside any phase, ends."""
     try:
         return wrapped(instance, *args, **kwargs)
@@ -280,7 +256,7 @@ def _log(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         try:
             _logged(_arguments(wrapped, instance, args, kwargs))
         except Exception as exc:  # noqa: BLE001
-            _warn("recording the step's metrics", exc)
+            warn("recording the step's metrics", exc)
 
 
 def _logged(arguments: Mapping[str, Any]) -> None:
@@ -295,7 +271,7 @@ def _logged(arguments: Mapping[str, Any]) -> None:
         _record_metrics(step, metrics, arguments.get("step"))
 
 
-def _fit(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def fit(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """verl's ``fit``, then: a step still open is ended, and the spans are exported."""
     try:
         result = wrapped(instance, *args, **kwargs)
@@ -316,4 +292,4 @@ def _fit_ended(exc: BaseException | None) -> None:
         if bridge is not None and wanted(run.backend if run is not None else None):
             bridge.force_flush(FLUSH_TIMEOUT_S)
     except Exception as error:  # noqa: BLE001
-        _warn("ending the last step", error)
+        warn("ending the last step", error)
