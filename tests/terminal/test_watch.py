@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-import select
+import selectors
 import shutil
 import subprocess
 import sys
@@ -34,6 +34,13 @@ WIDTH, HEIGHT = 104, 48
 #: The last line of every frame.
 FRAME_END = "a straggler is a finished session"
 DOC_MARK = "test_watch_shows_a_run_as_it_is_written_and_ends_on_ctrl_c -->"
+
+
+def readable(stream: Any, timeout_s: float) -> bool:
+    """Whether ``stream`` has something to read within ``timeout_s`` (poll: any descriptor number, unlike select)."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        return bool(selector.select(timeout_s))
 
 
 @dataclass
@@ -97,7 +104,7 @@ def run(tmp_path: Path) -> Iterator[Callable[[str], None]]:
     def stage(name: str) -> None:
         process.stdin.write(f"{name}\n")  # type: ignore[union-attr]
         process.stdin.flush()  # type: ignore[union-attr]
-        ready, _, _ = select.select([process.stdout], [], [], WAIT_S)
+        ready = readable(process.stdout, WAIT_S)
         assert ready, f"the writer did not finish {name!r} within {WAIT_S} s"
         assert process.stdout.readline().strip() == f"ready {name}"  # type: ignore[union-attr]
 

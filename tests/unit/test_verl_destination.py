@@ -134,19 +134,19 @@ def test_a_configured_destination_wins_over_the_default(
     assert not state_home.exists() and not warnings(caplog)
 
 
-def test_rl_insight_selected_falls_back_to_the_process_file_said_at_info(
+def test_rl_insight_selected_falls_back_to_the_default_run_folder_said_at_info(
     state_home: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """RL-Insight selected with no destination: RL-Insight when usable, else this process's file (not memory,
-    which is gone at exit); said at INFO, since the bridge warns when RL-Insight is not usable."""
+    """RL-Insight selected with no destination: RL-Insight when usable, else the default capture layout (not
+    memory, which is gone at exit); said at INFO, since the bridge warns when RL-Insight is not usable."""
     caplog.set_level(logging.INFO, LOGGER)
     config = destination.worker_config(verl_config(loggers=("console", "rl_insight")))
-    path = Path(config.jsonl_path)
+    run = run_folder(config)
     assert (config.exporter, config.fallback, config.rl_insight_enable) == ("auto", "jsonl", True)
-    assert path.parent == state_home and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert config.capture_dir == str(state_home) and stat.S_IMODE(run.stat().st_mode) == 0o700
     assert not warnings(caplog)
     (said,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-    assert "while RL-Insight is not usable" in said and str(path) in said
+    assert "while RL-Insight is not usable" in said and str(run) in said
 
 
 def test_rl_insight_selected_with_a_jsonl_path_falls_back_to_that_file(

@@ -9,7 +9,7 @@ import gzip
 import json
 import os
 import re
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -39,6 +39,13 @@ from .test_hostile_captures import HOSTILE_TEXT, hostile_records
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000_000_000_000
 S = 1_000_000_000
+
+
+def readable(stream: Any, timeout_s: float) -> bool:
+    """Whether ``stream`` has something to read within ``timeout_s`` (poll: any descriptor number, unlike select)."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        return bool(selector.select(timeout_s))
 
 
 def record(name: str, lane: str, step: int, start: int, end: int, **attributes: Any) -> dict[str, Any]:
@@ -301,7 +308,7 @@ def test_without_a_terminal_one_plain_line_per_interval_and_sigint_ends_it_with_
     try:
         lines = []
         while len(lines) < 2:
-            ready, _, _ = select.select([process.stdout], [], [], 60)
+            ready = readable(process.stdout, 60)
             assert ready, "no line within 60 s"
             lines.append(process.stdout.readline())
         process.send_signal(signal.SIGINT)
@@ -332,7 +339,7 @@ def test_sigterm_ends_it_with_0(tmp_path: Path) -> None:
     )
     assert process.stdout is not None
     try:
-        ready, _, _ = select.select([process.stdout], [], [], 60)
+        ready = readable(process.stdout, 60)
         assert ready and process.stdout.readline()
         process.terminate()
         assert process.wait(timeout=60) == 0
