@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -85,3 +86,26 @@ def assert_balanced(bridge: Bridge) -> dict[str, Any]:
 
 def span_count(bridge: Bridge) -> int:
     return bridge.status()["counters"]["ended"]
+
+
+class _CountingEvent(threading.Event):
+    """An event that counts the waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        return super().wait(timeout)
+
+
+def waits_while_idle(worker: Any, window_s: float = 0.5) -> int:
+    """How many times ``worker``'s thread (an export queue, a spill drain: its wake-up event is ``_wake``) waits
+    over ``window_s`` with nothing to do: 1 when it blocks until woken, more when it spins."""
+    counting = _CountingEvent()
+    original, worker._wake = worker._wake, counting
+    original.set()  # the thread, blocked on the old event, goes round once and then waits on this one
+    wait_until(lambda: counting.waits >= 1, what="the thread to wait again")
+    threading.Event().wait(window_s)  # an idle stretch, observed: not a synchronisation
+    return counting.waits

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -131,9 +130,8 @@ def test_a_flush_with_a_hung_exporter_times_out(
     bridge = make_bridge(**RL_INSIGHT, schedule_delay_ms=0)
     with bridge.span("s"):
         pass
-    started = time.monotonic()
     assert getattr(bridge, flush)(timeout_s=0.3) is False
-    assert time.monotonic() - started < 2
+    assert not gate.is_set()  # it returned while the exporter is still hung
 
 
 def test_flush_queued_need_not_wait_for_a_server_that_never_answers(make_bridge: Callable[..., Bridge]) -> None:

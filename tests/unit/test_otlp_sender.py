@@ -12,7 +12,6 @@ import ssl
 import subprocess
 import sys
 import threading
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -131,20 +130,17 @@ def test_no_listener_is_a_send_error_after_bounded_retries() -> None:
     receiver = OtlpReceiver()
     url = receiver.url
     receiver.stop()  # the port is free again: nothing listens there
-    started = time.monotonic()
-    with pytest.raises(OtlpSendError, match="Connection refused"):
-        sender(url, timeout_s=2).send(b"x")
-    assert time.monotonic() - started < 2 + 1  # the timeout bounds the retries
+    with pytest.raises(OtlpSendError, match=r"Connection refused.*would pass the export deadline"):
+        sender(url, timeout_s=2).send(b"x")  # the timeout bounds the retries: the next one would pass it
 
 
 def test_an_endpoint_that_never_answers_times_out(start_receiver: StartReceiver) -> None:
     release = threading.Event()
     receiver = start_receiver(stall=release)
-    started = time.monotonic()
     try:
-        with pytest.raises(OtlpSendError, match="timed out"):
+        with pytest.raises(OtlpSendError, match="no whole answer within the export deadline"):
             sender(receiver.url, timeout_s=0.3).send(b"x")
-        assert time.monotonic() - started < 5
+        assert not release.is_set()  # given up while the endpoint still holds the request
     finally:
         release.set()
 
@@ -180,10 +176,9 @@ def test_retries_stop_after_max_attempts(start_receiver: StartReceiver) -> None:
 
 def test_a_retry_after_beyond_the_deadline_fails_at_once(start_receiver: StartReceiver) -> None:
     receiver = start_receiver(answers=[(503, {"Retry-After": "30"})])
-    started = time.monotonic()
     with pytest.raises(OtlpSendError, match=r"retry in 30.0 s would pass the export deadline"):
         sender(receiver.url, timeout_s=2).send(b"x")
-    assert time.monotonic() - started < 1 and len(receiver.requests) == 1
+    assert len(receiver.requests) == 1  # given up at once: no second attempt
 
 
 def test_close_ends_a_wait_between_retries(start_receiver: StartReceiver) -> None:
@@ -242,11 +237,11 @@ def test_the_timeout_is_read_in_seconds_the_traces_variable_first() -> None:
 def test_the_timeout_variable_bounds_an_export(start_receiver: StartReceiver) -> None:
     release = threading.Event()
     receiver = start_receiver(stall=release)
-    started = time.monotonic()
     try:
         exporter = otlp_from({"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "0.3"}, endpoint=receiver.url)
-        assert exporter.send(_two_spans()).refused
-        assert time.monotonic() - started < 3
+        outcome = exporter.send(_two_spans())
+        assert outcome.refused and "export deadline" in (outcome.reason or ""), outcome
+        assert not release.is_set()  # given up while the endpoint still holds the request
     finally:
         release.set()
 

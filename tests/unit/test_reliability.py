@@ -39,6 +39,7 @@ from .helpers import (
     forks_on_purpose,
     identity_of,
     wait_until,
+    waits_while_idle,
 )
 
 #: RL-Insight through ``trace_span``, the path the faults are injected into.
@@ -225,10 +226,9 @@ def test_shutdown_with_an_exporter_that_hangs_forever_is_bounded_and_counts_the_
     assert run_threads([lambda: end_spans(bridge, 25, prefix="late")]) == []
     assert bridge.force_flush(timeout_s=0.2) is False  # a flush says it could not finish
 
-    started = time.monotonic()
     bridge.shutdown(timeout_s=2)
-    elapsed = time.monotonic() - started
-    assert 1.5 <= elapsed < 3.0, f"shutdown(timeout_s=2) took {elapsed:.2f} s"
+    assert not gate.is_set()  # it returned while the exporter still hangs...
+    assert messages(logs, "did not finish within 2.0 s")  # ...having waited its whole deadline for it
 
     counters = bridge.status()["counters"]
     assert counters["ended"] == 35
@@ -270,10 +270,8 @@ def test_zero_schedule_delay_does_not_spin_the_export_thread(
     bridge = make_bridge(exporter="jsonl", jsonl_path=str(tmp_path / "s.jsonl"), schedule_delay_ms=0)
     end_spans(bridge, 5)
     wait_until(lambda: balance(bridge.status()["counters"]) == 0, what="spans exported without a flush")
-    cpu, wall = time.process_time(), time.monotonic()
-    threading.Event().wait(0.5)  # measuring, not synchronising: an idle half second
-    used = time.process_time() - cpu
-    assert used < 0.15, f"the idle process used {used:.2f} s of CPU in {time.monotonic() - wall:.2f} s"
+    assert bridge.pipeline.queue is not None
+    assert waits_while_idle(bridge.pipeline.queue) == 1  # one wait, not a spin
     end_spans(bridge, 5)
     wait_until(lambda: bridge.status()["counters"]["exported"].get("jsonl") == 10, what="the next spans, unflushed")
     assert_balanced(bridge)
