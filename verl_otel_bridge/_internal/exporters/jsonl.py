@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from verl_otel_bridge._internal.config import ConfigError
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import OnceLogger
-from verl_otel_bridge._internal.private_files import DIRECTORY_MODE, open_private_output
+from verl_otel_bridge._internal.private_files import make_dirs, open_private_output
 from verl_otel_bridge._internal.records import RecordLines
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class JsonlSpanExporter(SpanExporter):
 
     def _open(self) -> BinaryIO:
         try:
-            self.path.parent.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+            make_dirs(self.path.parent)
             # Unbuffered, so one batch is one write(2) in append mode and a forked
             # child inherits no half-written buffer (nor the buffer's lock).
             return os.fdopen(open_private_output(self.path), "ab", buffering=0)
