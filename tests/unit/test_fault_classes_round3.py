@@ -6,15 +6,29 @@ as JSON is valid JSON; docs/reliability.md has a row for each.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import stat
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from verl_otel_bridge import Bridge
 from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
 from verl_otel_bridge._internal.verl import destination
+
+from .helpers import WAIT_S, forks_on_purpose, wait_until
+
+Make = Callable[..., Bridge]
+
+
+def records(path: Path) -> list[dict[str, object]]:
+    """Every line of a JSON Lines file, parsed."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
 
 # -- class 8: every directory made for the default destination is 0700, parents included ------
 
@@ -52,3 +66,61 @@ def test_a_jsonl_path_in_missing_directories_makes_them_0700(tmp_path: Path) -> 
     exporter.shutdown()
     for made in (tmp_path / "runs", tmp_path / "runs" / "today"):
         assert stat.S_IMODE(made.stat().st_mode) == 0o700, made
+
+
+# -- class 6: a forked child never ends a span its parent will end -------------------------------
+
+
+def _exit_code(pid: int) -> int:
+    """The exit code of child ``pid``, waited for at most ``WAIT_S`` (then killed: -999)."""
+    status: list[int] = []
+
+    def ended() -> bool:
+        done, raw = os.waitpid(pid, os.WNOHANG)
+        status.extend([raw] if done else [])
+        return bool(done)
+
+    try:
+        wait_until(ended, what=f"child {pid} to end")
+    except AssertionError:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return -999
+    return os.waitstatus_to_exitcode(status[0])
+
+
+def _fork_inside_blocks(bridge: Bridge) -> int:
+    """Fork inside a session, task, turn and span; both processes leave the blocks. The fork's result."""
+    with bridge.session(sample=0, session=0), bridge.task("t"), bridge.turn(0), bridge.span("outer"):
+        pid = os.fork()
+        if pid == 0:
+            with bridge.span("in child"):
+                pass
+    return pid
+
+
+@forks_on_purpose
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_fork_inside_an_open_session_leaves_its_spans_to_the_parent(make_bridge: Make, tmp_path: Path) -> None:
+    path = tmp_path / "spans.jsonl"
+    bridge = make_bridge(exporter="jsonl", jsonl_path=str(path), schedule_delay_ms=10)
+    parent = os.getpid()
+    try:
+        pid = _fork_inside_blocks(bridge)
+        if pid == 0:
+            bridge.shutdown(timeout_s=WAIT_S)
+            os._exit(0)
+    finally:
+        if os.getpid() != parent:  # the child never returns into pytest
+            os._exit(1)
+    assert _exit_code(pid) == 0
+    bridge.shutdown(timeout_s=WAIT_S)
+    written = records(path)
+    names = Counter(str(r["name"]) for r in written)
+    assert names == {"agent_session": 1, "agent_task": 1, "agent_turn": 1, "outer": 1, "in child": 1}, names
+    (in_child,) = [r for r in written if r["name"] == "in child"]
+    (outer,) = [r for r in written if r["name"] == "outer"]
+    (session,) = [r for r in written if r["name"] == "agent_session"]
+    assert in_child["parent_span_id"] == outer["span_id"]  # the child's own spans still join the session's trace
+    assert in_child["attributes"]["state_lane_id"] == session["attributes"]["state_lane_id"]  # type: ignore[index]
+    assert session["attributes"]["status"] == "success"  # type: ignore[index]
