@@ -6,6 +6,7 @@ as JSON is valid JSON; docs/reliability.md has a row for each.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -16,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from verl_otel_bridge import Bridge
+from verl_otel_bridge import Bridge, BridgeConfig
+from verl_otel_bridge._internal.exporters.console import console_exporter
 from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
 from verl_otel_bridge._internal.verl import destination
 
-from .helpers import WAIT_S, forks_on_purpose, wait_until
+from .helpers import WAIT_S, StartReceiver, assert_balanced, forks_on_purpose, wait_until
 
 Make = Callable[..., Bridge]
 
@@ -124,3 +126,73 @@ def test_fork_inside_an_open_session_leaves_its_spans_to_the_parent(make_bridge:
     assert in_child["parent_span_id"] == outer["span_id"]  # the child's own spans still join the session's trace
     assert in_child["attributes"]["state_lane_id"] == session["attributes"]["state_lane_id"]  # type: ignore[index]
     assert session["attributes"]["status"] == "success"  # type: ignore[index]
+
+
+# -- class 2: a value that cannot be encoded costs that value only ----------------------------
+
+#: A file name as ``os.listdir`` returns it for bytes that are not UTF-8: a lone surrogate.
+NOT_UNICODE = os.fsdecode(b"r\xe9sultat.txt")
+SPANS = 400
+
+
+def _spans_with_one_bad_value(bridge: Bridge) -> None:
+    for i in range(SPANS):
+        with bridge.span("work", i=i, file=NOT_UNICODE if i == 123 else "fine.txt"):
+            pass
+
+
+def _written(path: Path) -> list[dict[str, object]]:
+    written = records(path)
+    assert sorted(int(r["attributes"]["i"]) for r in written) == list(range(SPANS))  # type: ignore[index]
+    (bad,) = [r for r in written if r["attributes"]["i"] == 123]  # type: ignore[index]
+    assert bad["attributes"]["file"] == "r\ufffdsultat.txt"  # type: ignore[index]
+    return written
+
+
+def test_a_string_that_is_not_unicode_costs_that_value_only_in_json_lines(make_bridge: Make, tmp_path: Path) -> None:
+    path = tmp_path / "spans.jsonl"
+    bridge = make_bridge(exporter="jsonl", jsonl_path=str(path))
+    _spans_with_one_bad_value(bridge)
+    counters = assert_balanced(bridge)
+    assert counters["exported"]["jsonl"] == SPANS and counters["failed"] == 0
+    assert counters["converted"] == 1
+    _written(path)
+
+
+def test_a_string_that_is_not_unicode_costs_that_value_only_in_the_spill(make_bridge: Make, tmp_path: Path) -> None:
+    path = tmp_path / "spans.jsonl"
+    # A queue smaller than one span: every span is spilled (written by the spill's own encoder), then drained.
+    bridge = make_bridge(exporter="jsonl", jsonl_path=str(path), max_queue_bytes=1, spill_dir=str(tmp_path / "spill"))
+    _spans_with_one_bad_value(bridge)
+    counters = assert_balanced(bridge)
+    assert counters["spill_written"] == counters["spill_drained"] == SPANS
+    assert counters["exported"]["jsonl"] == SPANS and counters["failed"] == counters["dropped"] == 0
+    assert counters["converted"] >= 1  # by the spill's encoder (and not again, the value being valid by then)
+    _written(path)
+
+
+def test_a_string_that_is_not_unicode_costs_that_value_only_in_a_json_lines_copy(
+    make_bridge: Make, start_receiver: StartReceiver, tmp_path: Path
+) -> None:
+    sink = start_receiver()
+    path = tmp_path / "copy.jsonl"
+    bridge = make_bridge(exporter=["otlp", "jsonl"], otlp_endpoint=sink.url, jsonl_path=str(path))
+    _spans_with_one_bad_value(bridge)
+    counters = assert_balanced(bridge)
+    assert counters["exported"]["otlp"] == SPANS and counters["copies.jsonl"] == SPANS
+    assert counters.get("copies_failed.jsonl", 0) == 0 and counters["converted"] == 1
+    _written(path)
+
+
+def test_a_string_that_is_not_unicode_costs_that_value_only_on_the_console() -> None:
+    out = io.StringIO()
+    bridge = Bridge(BridgeConfig.resolve(environ={}, exporter="memory"))
+    try:
+        _spans_with_one_bad_value(bridge)
+        spans = bridge.memory_exporter.get_finished_spans()  # type: ignore[union-attr]
+    finally:
+        bridge.shutdown()
+    assert len(spans) == SPANS  # the memory exporter keeps the span as it was made
+    console_exporter(out).export(spans)
+    lines = out.getvalue().encode("utf-8").splitlines()  # UTF-8 can write every line
+    assert [json.loads(line)["attributes"]["i"] for line in lines] == list(range(SPANS))

@@ -25,7 +25,7 @@ from opentelemetry.trace import (
     Tracer,
 )
 
-from verl_otel_bridge._internal.accounting import SpanCounts
+from verl_otel_bridge._internal.accounting import CONVERTED, SpanCounts
 from verl_otel_bridge._internal.agent_loop import TaskHandle, TurnHandle, task_span, turn_span
 from verl_otel_bridge._internal.attributes import AttributeValue, clean_attributes, to_text
 from verl_otel_bridge._internal.config import BridgeConfig
@@ -40,6 +40,7 @@ from verl_otel_bridge._internal.pipeline.processors import (
     IdentitySpanProcessor,
 )
 from verl_otel_bridge._internal.protocol import SESSION_SPAN_NAME
+from verl_otel_bridge._internal.records import conversions_counted_by
 from verl_otel_bridge._internal.sampler import default_sampler
 from verl_otel_bridge._internal.session import Session, SessionScope, session_start_attributes
 from verl_otel_bridge._internal.signals import flush_on_sigterm
@@ -86,7 +87,8 @@ class Bridge:
         self._closing_thread: threading.Thread | None = None
         self._shut_down = threading.Event()
         if self.config.enabled:
-            self._pipeline = build_pipeline(self.config, self.counts)
+            with conversions_counted_by(functools.partial(self.counts.add, CONVERTED)):  # values JSON cannot carry
+                self._pipeline = build_pipeline(self.config, self.counts)
             self._processor = self._pipeline.processor
             self._provider = provider or TracerProvider(
                 resource=Resource.create({"service.name": self.config.service_name}),

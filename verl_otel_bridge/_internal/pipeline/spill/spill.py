@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -9,7 +10,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from verl_otel_bridge._internal.accounting import DROPPED, SPILL_WRITTEN, SPILLED, SpanCounts
+from verl_otel_bridge._internal.accounting import CONVERTED, DROPPED, SPILL_WRITTEN, SPILLED, SpanCounts
 from verl_otel_bridge._internal.exporters.redacting import redact
 from verl_otel_bridge._internal.logs import Reminder
 from verl_otel_bridge._internal.pipeline.queue import ExportQueue, QueueSettings
@@ -41,7 +42,7 @@ class Spill:
         self._dropping = 0
         self._drop_warning = Reminder(logger, DROP_WARNING_INTERVAL_S)
         self._store = SegmentStore(settings.directory, settings.max_bytes)
-        self._lines = RecordLines()
+        self._lines = RecordLines(functools.partial(counts.add, CONVERTED))
         # The caller only appends to this byte-bounded queue; its thread writes the files.
         self._buffer = ExportQueue(
             self._write_buffered,
