@@ -9,8 +9,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import select
 import signal
 import stat
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -196,3 +199,70 @@ def test_a_string_that_is_not_unicode_costs_that_value_only_on_the_console() -> 
     console_exporter(out).export(spans)
     lines = out.getvalue().encode("utf-8").splitlines()  # UTF-8 can write every line
     assert [json.loads(line)["attributes"]["i"] for line in lines] == list(range(SPANS))
+
+
+# -- class 1: worker pools keep every span, and never hang, whatever ends them ------------------
+
+POOL = r"""
+import json, multiprocessing, os, sys, time
+import verl_otel_bridge as vob
+
+def start_worker(path):
+    vob.configure(exporter="jsonl", jsonl_path=path, environ={})
+
+def work(task):
+    for i in range(100):
+        with vob.span("work", task=task, i=i):
+            pass
+    return task
+
+if __name__ == "__main__":
+    method, runs, directory = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    context = multiprocessing.get_context(method)
+    for run in range(runs):
+        mode = "close" if run % 4 == 3 else "terminate"
+        path = os.path.join(directory, f"{run}.jsonl")
+        started = time.monotonic()
+        pool = context.Pool(4, initializer=start_worker, initargs=(path,))
+        if mode == "terminate":
+            with pool:  # __exit__ calls terminate(): SIGTERM reaches workers that are flushing at exit
+                pool.map(work, range(16))
+        else:
+            pool.map(work, range(16))
+            pool.close()
+            pool.join()
+        with open(path, "rb") as written:
+            lines = sum(1 for _ in written)
+        print(json.dumps({"run": run, "mode": mode, "lines": lines, "s": round(time.monotonic() - started, 2)}), flush=True)
+"""
+POOL_RUNS = 20  # 15 ended by terminate() (a with block), 5 by close() and join()
+POOL_RUN_BOUND_S = 60.0  # one run takes seconds; a hung worker would keep it forever
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs POSIX signals")
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_worker_pools_keep_every_span_and_never_hang(tmp_path: Path, method: str) -> None:
+    script = tmp_path / "pool.py"  # a file: spawn and forkserver workers import the functions from it
+    script.write_text(POOL, encoding="utf-8")
+    driver = subprocess.Popen(
+        [sys.executable, str(script), method, str(POOL_RUNS), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # the pool's workers too: all killed together if a run hangs
+    )
+    assert driver.stdout is not None
+    runs: list[dict[str, object]] = []
+    try:
+        for _ in range(POOL_RUNS):
+            ready, _, _ = select.select([driver.stdout], [], [], POOL_RUN_BOUND_S)
+            line = driver.stdout.readline() if ready else b""
+            assert line, f"{method}: run {len(runs)} did not end within {POOL_RUN_BOUND_S} s (hung) after {runs}"
+            runs.append(json.loads(line))
+        assert driver.wait(timeout=POOL_RUN_BOUND_S) == 0
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+        stderr = driver.stderr.read().decode(errors="replace") if driver.stderr is not None else ""
+    lost = [run for run in runs if run["lines"] != 16 * 100]
+    assert not lost, f"{method}: runs that lost spans: {lost}\n{stderr[-3000:]}"

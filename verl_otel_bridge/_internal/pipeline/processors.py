@@ -21,6 +21,7 @@ from verl_otel_bridge._internal.pipeline.budget import span_size
 from verl_otel_bridge._internal.pipeline.queue import ExportQueue, QueueSettings
 from verl_otel_bridge._internal.pipeline.sampling import SessionSampler
 from verl_otel_bridge._internal.pipeline.spill import FROM_QUEUE, Spill
+from verl_otel_bridge._internal.signals import start_thread
 from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
@@ -39,8 +40,7 @@ def within(deadline: float, work: Callable[[], bool], what: str) -> bool:
             logger.exception("exporter %s raised", what)
             done.append(False)
 
-    worker = threading.Thread(target=run, name=f"verl-otel-bridge-{what}", daemon=True)
-    worker.start()
+    worker = start_thread(run, f"verl-otel-bridge-{what}")
     worker.join(max(0.0, deadline - time.monotonic()))
     if worker.is_alive():
         logger.warning("exporter %s did not return by its deadline; abandoned (the exporter may be stuck)", what)

@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from verl_otel_bridge._internal.accounting import HotCounter
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.pipeline.budget import ByteBudget, take_batch
+from verl_otel_bridge._internal.signals import start_thread
 from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
@@ -82,8 +83,7 @@ class ExportQueue:
         self._abandoned_in_flight = 0
         self._stopping = False
         self._wake = threading.Event()
-        self._worker = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
-        self._worker.start()
+        self._worker = start_thread(self._run, self._thread_name)
 
     def put(self, span: ReadableSpan, size: int) -> bool:
         """Queue ``span`` of estimated ``size`` bytes (:func:`~verl_otel_bridge._internal.pipeline.budget.span_size`);
