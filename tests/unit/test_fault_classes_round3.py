@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
+import random
 import select
 import signal
 import stat
@@ -167,8 +169,14 @@ def test_a_string_that_is_not_unicode_costs_that_value_only_in_the_spill(make_br
     # A queue smaller than one span: every span is spilled (written by the spill's own encoder), then drained.
     bridge = make_bridge(exporter="jsonl", jsonl_path=str(path), max_queue_bytes=1, spill_dir=str(tmp_path / "spill"))
     _spans_with_one_bad_value(bridge)
+
+    def drained() -> bool:
+        bridge.force_flush(WAIT_S)  # the drain sends the files back on its own thread, soon after
+        return bool(bridge.status()["counters"].get("spill_drained") == SPANS)
+
+    wait_until(drained, what="the spill to be drained")
     counters = assert_balanced(bridge)
-    assert counters["spill_written"] == counters["spill_drained"] == SPANS
+    assert counters["spill_written"] == SPANS
     assert counters["exported"]["jsonl"] == SPANS and counters["failed"] == counters["dropped"] == 0
     assert counters["converted"] >= 1  # by the spill's encoder (and not again, the value being valid by then)
     _written(path)
@@ -266,3 +274,108 @@ def test_worker_pools_keep_every_span_and_never_hang(tmp_path: Path, method: str
         stderr = driver.stderr.read().decode(errors="replace") if driver.stderr is not None else ""
     lost = [run for run in runs if run["lines"] != 16 * 100]
     assert not lost, f"{method}: runs that lost spans: {lost}\n{stderr[-3000:]}"
+
+
+# -- class 7: every ended span is written or counted once, whatever exception span-end code gets --
+
+STORM = r"""
+import json, signal, sys, time
+import verl_otel_bridge as vob
+from verl_otel_bridge._internal.accounting import balance
+
+path, seconds = sys.argv[1], float(sys.argv[2])
+bridge = vob.configure(exporter="jsonl", jsonl_path=path, environ={})
+armed = False
+
+def interrupt(signum, frame):  # Ctrl-C, again and again: each lands wherever the loop is
+    global armed
+    if armed:
+        armed = False
+        raise KeyboardInterrupt
+
+signal.signal(signal.SIGALRM, interrupt)
+caught = made = 0
+end = time.monotonic() + seconds
+signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+while time.monotonic() < end:
+    try:
+        armed = True
+        with vob.span("work", n=made):
+            pass
+        armed = False
+        made += 1
+    except KeyboardInterrupt:  # the application catches it and goes on
+        caught += 1
+signal.setitimer(signal.ITIMER_REAL, 0, 0)
+vob.shutdown()
+counters = bridge.status()["counters"]
+print(json.dumps({"caught": caught, "counters": counters, "balance": balance(counters)}))
+"""
+
+
+def test_a_keyboard_interrupt_storm_in_span_end_code_loses_no_span(tmp_path: Path) -> None:
+    path = tmp_path / "spans.jsonl"
+    done = subprocess.run([sys.executable, "-c", STORM, str(path), "2.5"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    counters = result["counters"]
+    assert result["caught"] > 500  # the storm did interrupt, thousands of times
+    written = sum(1 for _ in path.open("rb"))
+    assert written == counters["exported"]["jsonl"] == counters["ended"], counters
+    assert result["balance"] == 0 and counters["failed"] == counters["dropped"] == 0
+
+
+EXITING = r"""
+import atexit, json, os, signal, sys
+import verl_otel_bridge as vob
+
+path = sys.argv[1]
+# Registered before the bridge's own hook, so it runs after it: the account once the bridge is shut down.
+atexit.register(lambda: print(json.dumps(vob.get_bridge().status()["counters"]), flush=True))
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(3))  # the application's handler
+vob.configure(exporter="jsonl", jsonl_path=path, environ={})
+os.write(1, b"ready\n")
+attributes = {f"key{i}": f"value {i}" for i in range(40)}  # a span whose hand-over takes a while
+n = 0
+while True:
+    with vob.span("work", n=n, **attributes):
+        pass
+    n += 1
+"""
+EXIT_RUNS = 40
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs POSIX signals")
+def test_a_sigterm_handler_calling_sys_exit_inside_span_end_code_loses_no_span(tmp_path: Path) -> None:
+    chance = random.Random(20261204)
+    unbalanced = []
+    for run in range(EXIT_RUNS):
+        path = tmp_path / f"{run}.jsonl"
+        child = subprocess.Popen([sys.executable, "-c", EXITING, str(path)], stdout=subprocess.PIPE)
+        assert child.stdout is not None
+        try:
+            assert child.stdout.readline() == b"ready\n"
+            select.select([], [], [], chance.uniform(0.0, 0.05))  # a random point of the busy loop
+            child.send_signal(signal.SIGTERM)
+            out, _ = child.communicate(timeout=WAIT_S * 3)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        assert child.returncode == 3
+        counters = json.loads(out.decode().splitlines()[-1])
+        written = sum(1 for _ in path.open("rb"))
+        if not written == counters["exported"].get("jsonl", 0) == counters["ended"]:
+            unbalanced.append((run, written, counters))
+    assert not unbalanced, unbalanced
+
+
+def test_an_unbalanced_account_at_shutdown_is_a_warning(make_bridge: Make, caplog: pytest.LogCaptureFixture) -> None:
+    bridge = make_bridge(exporter="memory")
+    with bridge.span("counted"):
+        pass
+    bridge.counts.incrementer("ended")()  # a span counted ended and then lost: what the account must show
+    with caplog.at_level(logging.INFO, logger="verl_otel_bridge"):
+        bridge.shutdown()
+    (summary,) = [r for r in caplog.records if "shut down" in r.getMessage()]
+    assert summary.levelno == logging.WARNING and "unaccounted=1" in summary.getMessage()

@@ -146,11 +146,16 @@ class Pipeline:
         return self.rl_insight.probe(initialize=initialize) if self.rl_insight is not None else None
 
     def log_summary(self, status: BridgeStatus) -> None:
-        """The shutdown line: where spans went and every counter; WARNING if spans were dropped or failed,
-        or went to the fallback although RL-Insight was asked for by name, else INFO."""
+        """The shutdown line: where spans went and every counter; WARNING if spans were dropped, failed or
+        unaccounted for, or went to the fallback although RL-Insight was asked for by name, else INFO."""
         counters = status["counters"]
         preferred_unusable = self.rl_insight is not None and self.rl_insight.explicit and status["reason"] != "ok"
-        worrying = counters["dropped"] or counters["failed"] or (counters["fallback"] and preferred_unusable)
+        worrying = (
+            counters["dropped"]
+            or counters["failed"]
+            or balance(counters)  # spans ended but never written nor counted anywhere
+            or (counters["fallback"] and preferred_unusable)
+        )
         logger.log(
             logging.WARNING if worrying else logging.INFO,
             "verl_otel_bridge shut down: spans went to %s (%s); started=%d ended=%d exported=%s fallback=%d "

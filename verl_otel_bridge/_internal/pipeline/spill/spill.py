@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from verl_otel_bridge._internal.accounting import CONVERTED, DROPPED, SPILL_WRITTEN, SPILLED, SpanCounts
 from verl_otel_bridge._internal.exporters.redacting import redact
 from verl_otel_bridge._internal.logs import Reminder
+from verl_otel_bridge._internal.pipeline.handover import Ticket, mark_handed
 from verl_otel_bridge._internal.pipeline.queue import ExportQueue, QueueSettings
 from verl_otel_bridge._internal.pipeline.spill.drain import DrainThread, DrainTo
 from verl_otel_bridge._internal.pipeline.spill.health import Health
@@ -51,13 +52,15 @@ class Spill:
         )
         self._drain = DrainThread(self._store, counts, self.drains, lambda: self.health, settings)
 
-    def offer(self, span: ReadableSpan, size: int) -> None:
+    def offer(self, span: ReadableSpan, size: int, ticket: Ticket | None = None) -> None:
         """Take a span the export queue refused (estimated ``size`` bytes), to be written on the spill
-        thread; never blocks.
+        thread; never blocks. ``ticket`` is marked when it is taken or counted dropped (see ``handover``).
 
         When the write buffer is full too (the disk is slower than the burst), the span is dropped.
         """
-        if not self._buffer.put(span, size):
+        if not self._buffer.put(span, size, ticket):
+            if ticket is not None:
+                mark_handed(ticket)
             self._drop(1, "the spill's write buffer is full")
 
     def write(self, spans: Sequence[ReadableSpan], spilled_from: str) -> bool:
