@@ -21,10 +21,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.trace import SpanContext, Status, StatusCode
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal.exporters.console import console_exporter
 from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
+from verl_otel_bridge._internal.records import JsonWriter, RecordLines
 from verl_otel_bridge._internal.verl import destination
 
 from .helpers import WAIT_S, StartReceiver, assert_balanced, forks_on_purpose, wait_until
@@ -379,3 +385,61 @@ def test_an_unbalanced_account_at_shutdown_is_a_warning(make_bridge: Make, caplo
         bridge.shutdown()
     (summary,) = [r for r in caplog.records if "shut down" in r.getMessage()]
     assert summary.levelno == logging.WARNING and "unaccounted=1" in summary.getMessage()
+
+
+# -- the general rule: everything the bridge writes as JSON is JSON (RFC 8259) ------------------
+
+
+def strict_json(text: str) -> object:
+    """``text`` parsed as RFC 8259 JSON written as UTF-8: no NaN or Infinity, no lone surrogate."""
+
+    def refuse(constant: str) -> object:
+        raise AssertionError(f"{constant} is not JSON")
+
+    text.encode("utf-8")  # raises on a lone surrogate, which UTF-8 cannot carry
+    return json.loads(text, parse_constant=refuse)
+
+
+#: Text with any code point, lone surrogates (``os.fsdecode`` of bytes that are not UTF-8) included.
+ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=20)
+#: Every kind of number, NaN, the infinities and an integer Python will not write in decimal included.
+ANY_NUMBER = st.one_of(st.integers(), st.floats(), st.builds(pow, st.just(10), st.just(5000)), st.just(-(2**70)))
+SCALAR = st.one_of(ANY_TEXT, ANY_NUMBER, st.booleans())
+ATTRIBUTES = st.dictionaries(
+    ANY_TEXT,
+    st.one_of(SCALAR, st.lists(ANY_TEXT, max_size=3).map(tuple), st.lists(ANY_NUMBER, max_size=3).map(tuple)),
+    max_size=5,
+)
+
+
+@st.composite
+def hostile_spans(draw: st.DrawFn) -> ReadableSpan:
+    """A span (as the SDK hands it to exporters) with hostile text and numbers in every text and value field."""
+    context = SpanContext(draw(st.integers(1, 2**128 - 1)), draw(st.integers(1, 2**64 - 1)), is_remote=False)
+    return ReadableSpan(
+        name=draw(ANY_TEXT),
+        context=context,
+        attributes=draw(ATTRIBUTES),
+        events=[Event(draw(ANY_TEXT), draw(ATTRIBUTES), 1) for _ in range(draw(st.integers(0, 2)))],
+        resource=Resource(draw(ATTRIBUTES)),
+        status=Status(StatusCode.ERROR, draw(ANY_TEXT)),
+        start_time=1,
+        end_time=2,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(span=hostile_spans())
+def test_every_record_line_is_json_whatever_the_span_holds(span: ReadableSpan) -> None:
+    # The line of exporter jsonl, of exporter console (the same writer) and of the spill (with spilled_from).
+    for line in (RecordLines().line(span), RecordLines().line(span, spilled_from="queue")):
+        assert line.endswith("\n") and "\n" not in line[:-1]
+        record = strict_json(line)
+        assert isinstance(record, dict) and record["span_id"] == format(span.context.span_id, "016x")
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.recursive(SCALAR | st.none(), lambda inner: st.lists(inner) | st.dictionaries(ANY_TEXT, inner)))
+def test_status_and_doctor_json_is_json_whatever_they_hold(value: object) -> None:
+    # What doctor --json and the demo's status.json write (a last_error may quote a file name that is not UTF-8).
+    strict_json(JsonWriter(indent=2, default=str)({"status": value, "object": object()}))

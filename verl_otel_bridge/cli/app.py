@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from verl_otel_bridge._internal.accounting import SpanCounts
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.private_files import open_private_output
-from verl_otel_bridge._internal.records import capture_files, read_records
+from verl_otel_bridge._internal.records import JsonWriter, capture_files, read_records
 from verl_otel_bridge._version import __version__, install_command
 from verl_otel_bridge.cli.doctor import SERVER_TIMEOUT_S, diagnose
 from verl_otel_bridge.cli.replay import replay_pipeline, replay_records, start_ray_for
@@ -115,7 +115,7 @@ def build_cli() -> click.Group:
         except ValueError as exc:  # e.g. --timeout nan, which the range lets through
             raise click.BadParameter(str(exc), param_hint="--timeout") from None
         if as_json:
-            click.echo(json.dumps(report, indent=2, default=str))
+            click.echo(JsonWriter(indent=2, default=str)(report))
         else:
             _render_doctor(out(), report)
         ctx.exit(0 if report["ok"] else 1)
