@@ -1,7 +1,9 @@
-"""Fault classes of the third adversarial round (issue 32): each test provokes the fault, then checks what must hold.
+"""Fault classes of a third adversarial round: each test provokes the fault, then checks what must hold.
 
-Classes 1, 2, 6, 7 and 8 of the issue, and the rule that everything the bridge writes
-as JSON is valid JSON; docs/reliability.md has a row for each.
+Worker pools ended by SIGTERM, values JSON cannot carry, ``os.fork()`` inside a session,
+exceptions raised into span-end code, the default destination's parent directories,
+and the rule that everything the bridge writes as JSON is JSON; docs/reliability.md
+has a row for each.
 """
 
 from __future__ import annotations
