@@ -64,6 +64,9 @@ class HotCounter:
 
     def __init__(self) -> None:
         self._count = itertools.count()
+        #: The ``itertools.count`` itself, for code that must count in the same C call as it does
+        #: something else (see :mod:`verl_otel_bridge._internal.pipeline.handover`).
+        self.steps: Iterator[int] = self._count
         self.increment: Callable[[], int] = self._count.__next__
         self._base = 0
 
@@ -100,6 +103,10 @@ class SpanCounts:
     def incrementer(self, key: str) -> Callable[[], int]:
         """A lock-free ``+1`` for one of :data:`HOT_KEYS`, to call on every span."""
         return self._hot[key].increment
+
+    def steps(self, key: str) -> Iterator[int]:
+        """The ``itertools.count`` behind one of :data:`HOT_KEYS` (each ``next`` is a ``+1``)."""
+        return self._hot[key].steps
 
     def add(self, key: str, amount: int = 1) -> None:
         """Add ``amount`` to counter ``key`` (not one of :data:`HOT_KEYS`)."""

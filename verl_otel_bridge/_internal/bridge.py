@@ -327,8 +327,6 @@ class Bridge:
         self._closed = True
         self._closing_thread = threading.current_thread()
         try:
-            if self._mp_exit is not None:
-                self._mp_exit.cancel()
             if self._provider is None or self._processor is None:
                 self._pipeline.shutdown(0.0)
                 return
@@ -340,8 +338,11 @@ class Bridge:
                 self._provider.shutdown()
             self._pipeline.log_summary(self.status())
         finally:
-            # Only now: an interpreter exit while another thread shuts down waits for it here.
+            # Only now: an interpreter exit (or a multiprocessing child's) while another thread
+            # shuts down (SIGTERM's) waits for it here.
             atexit.unregister(self._at_exit)
+            if self._mp_exit is not None:
+                self._mp_exit.cancel()
             if self._sigterm is not None:
                 self._sigterm.close()
             self._shut_down.set()
@@ -451,13 +452,13 @@ def _own_tracer(provider: TracerProvider, processors: SpanProcessor) -> Tracer:
 
 def _sigterm_hooks(ref: weakref.ref[Bridge]) -> tuple[Callable[[bool], object], Callable[[], bool]]:
     """What SIGTERM calls: flush the bridge within its ``shutdown_timeout_s`` (shut it down when the
-    process is about to die); and whether it is still running."""
+    process is about to die, or wait for the shutdown another thread began); and whether it is still running."""
 
     def flush(final: bool) -> object:
         bridge = ref()
         if bridge is None:
             return None
-        if final:
+        if final or bridge._closed:
             bridge.shutdown()
             return None
         return bridge.force_flush(bridge.config.shutdown_timeout_s)

@@ -49,6 +49,7 @@ from verl_otel_bridge._internal.protocol import (
     TURN_SPAN_NAME,
     UNFINISHED,
 )
+from verl_otel_bridge._internal.signals import start_thread
 from verl_otel_bridge._internal.status import OpenSessionsStatus
 from verl_otel_bridge._internal.stragglers import StragglerRule
 
@@ -208,8 +209,7 @@ class InflightSessions(SpanProcessor):
         with self._start_lock:
             if self._thread is not None or self._closed:
                 return
-            self._thread = threading.Thread(target=self._run, name="verl-otel-bridge-progress", daemon=True)
-            self._thread.start()
+            self._thread = start_thread(self._run, "verl-otel-bridge-progress")
 
     def _run(self) -> None:
         stop = self._stop

@@ -37,7 +37,8 @@ class UnsafePathError(OSError):
 def private_dir(path: str | os.PathLike[str]) -> Path:
     """``path`` (``~`` expanded) as a directory private to the current user, created ``0700`` if missing.
 
-    Missing parents are created ``0700`` too; existing parents are used as they are.
+    Missing parents are created ``0700`` too (as the XDG base-directory spec asks of
+    ``~/.local/state``); existing parents are used as they are.
 
     Raises:
         UnsafePathError: ``path`` exists and is a link, not a directory, owned by
@@ -45,12 +46,24 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
         OSError: it cannot be created.
     """
     directory = Path(path).expanduser()
-    if not directory.parent.exists():
-        os.makedirs(directory.parent, DIRECTORY_MODE, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(directory, DIRECTORY_MODE)
+    make_dirs(directory)
     check_private_dir(directory)
     return directory
+
+
+def make_dirs(directory: Path) -> None:
+    """Create ``directory`` and its missing parents, each ``0700``; existing ones are left as they are.
+
+    ``os.makedirs`` and ``Path.mkdir(parents=True)`` apply the mode to the last
+    directory only: the parents they create get ``0777`` less the umask (``0755``).
+    """
+    missing: list[Path] = []
+    while not os.path.lexists(directory) and directory.parent != directory:
+        missing.append(directory)
+        directory = directory.parent
+    for created in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process: checked by the caller
+            os.mkdir(created, DIRECTORY_MODE)
 
 
 def check_private_dir(directory: Path) -> None:

@@ -9,13 +9,22 @@ One record per line::
      "resource": {...}, "scope": "verl_otel_bridge"}
 
 Times are integer nanoseconds since the epoch, so nothing is lost to rounding.
+
+Every line is JSON any RFC 8259 reader takes, written as UTF-8 (:class:`JsonWriter`):
+a value JSON cannot carry costs that value only. It is replaced (a string with lone
+surrogates gets U+FFFD in their place, ``NaN`` and infinities become the strings
+``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` as in OTLP's JSON), counted ``converted``
+and logged once per kind and key; the span and its batch are written.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
+import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import attrgetter
 from typing import IO, Any
 
@@ -25,10 +34,103 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from verl_otel_bridge._internal.attributes import attributes_dict, held_attributes, span_attributes, span_events
+from verl_otel_bridge._internal.accounting import CONVERTED, SpanCounts
+from verl_otel_bridge._internal.attributes import (
+    attributes_dict,
+    held_attributes,
+    span_attributes,
+    span_events,
+    to_text,
+)
+from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.protocol import INPUT, INPUT_APPENDED, REDACTED
 
+logger = logging.getLogger(__name__)
+
 _HEX = re.compile(r"[0-9a-f]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+#: ``count()``: called once per value a :class:`JsonWriter` replaced (the bridge counts ``converted``).
+Count = Callable[[], object]
+
+
+class JsonWriter:
+    """``json.dumps(value, ensure_ascii=False, **options)``, always JSON that RFC 8259 readers take and UTF-8 can write.
+
+    A value JSON cannot carry is replaced, never the whole text refused: a string with
+    lone surrogates (a file name ``os.fsdecode`` made from bytes that are not UTF-8)
+    gets U+FFFD in their place (a well-formed pair becomes its character), ``NaN`` and
+    infinities the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (as OTLP's JSON
+    writes them), an integer too long for Python to write in decimal (``int`` has a
+    4,300-digit limit) its hexadecimal text, and any other value (a key or value
+    ``json`` has no form for) its text. Each replacement calls ``count()`` and is
+    logged once per kind and key.
+
+    The usual text costs one encoding and a check that it is ASCII (or has no
+    surrogate); the replacing walk runs only when that fails.
+    """
+
+    def __init__(self, count: Count | None = None, **options: Any) -> None:
+        self._encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, **options).encode
+        self._count = count
+        self._once = OnceLogger(logger)
+
+    def __call__(self, value: Any) -> str:
+        """``value`` as JSON text."""
+        try:
+            text = self._encode(value)
+        except (ValueError, TypeError):  # NaN or infinity, an int too long to write, a value JSON has no form for
+            pass
+        else:
+            if text.isascii() or not _SURROGATE.search(text):
+                return text
+        return self._encode(self._replaced(value, ""))
+
+    def _replaced(self, value: Any, where: str) -> Any:
+        if isinstance(value, str):
+            if value.isascii() or not _SURROGATE.search(value):
+                return value
+            return self._note("text that is not valid Unicode (lone surrogates became U+FFFD)", where, valid(value))
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, int):
+            try:
+                repr(value)
+            except ValueError:
+                return self._note("an integer too long to write in decimal (written in hexadecimal)", where, hex(value))
+            return value
+        if isinstance(value, float):
+            if math.isfinite(value):
+                return value
+            text = "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+            return self._note("a number JSON has no form for (written as text)", where, text)
+        if isinstance(value, Mapping):
+            return {self._key(key, where): self._replaced(item, _inside(where, key)) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._replaced(item, where) for item in value]
+        kind = f"a {type(value).__name__}, which JSON has no form for (written as text)"
+        return self._note(kind, where, to_text(value))
+
+    def _key(self, key: Any, where: str) -> str:
+        text = key if isinstance(key, str) else to_text(key)
+        return self._replaced(text, _inside(where, text))  # type: ignore[no-any-return]
+
+    def _note(self, kind: str, where: str, replacement: str) -> str:
+        if self._count is not None:
+            self._count()
+        self._once.log(
+            f"{kind}:{where}", logging.WARNING, "%s: %s; only that value was changed", where or "a value", kind
+        )
+        return replacement
+
+
+def valid(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (a surrogate pair becomes the character it encodes)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _inside(where: str, key: Any) -> str:
+    return f"{where}.{key}" if where else str(key)
 
 
 def span_to_record(span: ReadableSpan) -> dict[str, Any]:
@@ -66,7 +168,8 @@ def _record_head(span: ReadableSpan, attributes: Mapping[str, Any]) -> dict[str,
 
 class RecordLines:
     """Spans as JSON Lines: ``json.loads(lines.line(span)) == span_to_record(span)``, the same text as
-    ``json.dumps(span_to_record(span), ensure_ascii=False) + "\\n"``.
+    ``json.dumps(span_to_record(span), ensure_ascii=False) + "\\n"`` (but for the values
+    :class:`JsonWriter` replaces: every line is JSON, and UTF-8 can write it).
 
     What the export thread of ``jsonl`` (and the spill, and ``console``) spends per span:
     the resource and scope, which every span of a provider shares, are encoded once for
@@ -74,8 +177,9 @@ class RecordLines:
     writes a tuple as an array) instead of as a copy first.
     """
 
-    def __init__(self) -> None:
-        self._encode = json.JSONEncoder(ensure_ascii=False).encode
+    def __init__(self, counts: SpanCounts | None = None) -> None:
+        """Each value replaced (see :class:`JsonWriter`) is counted ``converted`` in ``counts``."""
+        self._encode = JsonWriter(functools.partial(counts.add, CONVERTED) if counts is not None else None)
         # (resource, scope, their encoding): the last seen; a provider's spans share both objects
         self._tail: tuple[Resource | None, InstrumentationScope | None, str] = (None, None, "")
 

@@ -6,10 +6,16 @@ ended span back as the parent of everything after it in that thread. Each block
 here records the context it was entered in; leaving it closes it, and restoring
 skips closed blocks, so the context after the last block is the one before the
 first.
+
+After ``os.fork()`` the child goes on with the blocks open in the forking thread,
+but their spans are the parent's, which ends (and exports) them: the child marks
+those blocks :attr:`SpanBlock.inherited`, and leaving one there only restores the
+context, without ending its span.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 
 from opentelemetry import context as otel_context
@@ -21,13 +27,19 @@ _SPAN_KEY = next(iter(set_span_in_context(INVALID_SPAN, otel_context.Context()))
 
 
 class SpanBlock:
-    """One block during which ``span`` is current."""
+    """One block during which ``span`` is current.
 
-    __slots__ = ("context", "open", "previous")
+    Attributes:
+        inherited: the block was open in the thread that forked this process: its
+            span is the parent process's to end.
+    """
+
+    __slots__ = ("context", "inherited", "open", "previous")
 
     def __init__(self, span: Span) -> None:
         self.previous = otel_context.get_current()
         self.open = True
+        self.inherited = False
         # One copy of the context, where set_span_in_context and set_value would make two.
         self.context = otel_context.Context({**self.previous, _SPAN_KEY: span, _KEY: self})
         otel_context.attach(self.context)
@@ -50,6 +62,21 @@ class SpanBlock:
         # attach, not detach(token): a token made in another context (an async generator
         # finalised by another task) cannot be reset there, and the target is known.
         otel_context.attach(target)
+
+
+def _inherit_open_blocks() -> None:
+    """In a forked child: mark the blocks open in the forking thread (its only thread now) as the parent's.
+
+    The blocks of other threads never close in the child (those threads do not exist there).
+    """
+    block = otel_context.get_current().get(_KEY)
+    while isinstance(block, SpanBlock):
+        block.inherited = True
+        block = block.previous.get(_KEY)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_inherit_open_blocks)
 
 
 def note_repair() -> None:

@@ -158,6 +158,8 @@ class SessionScope:
     ``status="error"`` (``"cancelled"`` for a cancelled task), and the exception
     propagates unchanged; without an explicit ``finish``, a normal exit finishes with
     ``status="success"``. A plain class rather than a generator: one per session.
+    A forked child leaving the block of a session its parent entered neither
+    finishes nor ends it: the parent does.
     """
 
     __slots__ = ("_block", "_identity_scope", "_session", "_start")
@@ -174,6 +176,10 @@ class SessionScope:
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         session, span = self._session, self._session.span
+        if self._block.inherited:  # a forked child leaving its parent's session: the parent finishes and ends it
+            self._block.close()
+            self._identity_scope.__exit__(None, None, None)
+            return
         try:
             if span.is_recording() and not session.finished:  # not ended meanwhile by shutdown: that ending stands
                 if exc is None:

@@ -61,7 +61,8 @@ class SpanScope:
     (``start_as_current_span`` and ``use_span``); this does
     the same in two plain method calls: start the span and make it current on
     enter; on exit detach, record an ``Exception`` with status ERROR, and end.
-    One scope entered again inside itself makes one span per entry.
+    One scope entered again inside itself makes one span per entry. A forked child
+    leaving a block its parent entered does not end the span (the parent does).
     """
 
     __slots__ = ("_attributes", "_name", "_open", "_start")
@@ -79,6 +80,9 @@ class SpanScope:
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         span, block = self._open.pop()
+        if block.inherited:  # a forked child leaving its parent's block: the parent ends the span
+            block.close()
+            return
         try:
             block.close()
             # As use_span: only an Exception (not GeneratorExit, KeyboardInterrupt, ...) is an error.

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from verl_otel_bridge._internal.accounting import SpanCounts
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.private_files import open_private_output
+from verl_otel_bridge._internal.records import JsonWriter
 from verl_otel_bridge._internal.stragglers import DEFAULT_MIN_S
 from verl_otel_bridge._internal.watch.live import DEFAULT_IDLE_AFTER_S
 from verl_otel_bridge._version import __version__, install_command
@@ -121,7 +122,7 @@ def build_cli() -> click.Group:
         except ValueError as exc:  # e.g. --timeout nan, which the range lets through
             raise click.BadParameter(str(exc), param_hint="--timeout") from None
         if as_json:
-            click.echo(json.dumps(report, indent=2, default=str))
+            click.echo(JsonWriter(indent=2, default=str)(report))
         else:
             _render_doctor(out(), report)
         ctx.exit(0 if report["ok"] else 1)

@@ -36,6 +36,7 @@ import verl_otel_bridge as vob
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.private_files import UnsafePathError, open_private_new, private_dir
 from verl_otel_bridge._internal.protocol import PROGRESS_SPAN_NAME
+from verl_otel_bridge._internal.records import JsonWriter
 from verl_otel_bridge._internal.status import BridgeStatus
 from verl_otel_bridge._internal.tree import render_tree
 from verl_otel_bridge._version import install_command
@@ -236,7 +237,7 @@ def main(output_dir: Path = OUTPUT_DIR) -> None:
     vob.configure(config)
     status = asyncio.run(run())
     with open(open_private_new(output_dir / STATUS_NAME, os.O_WRONLY), "w", encoding="utf-8") as out:
-        out.write(json.dumps(status, indent=2, default=str) + "\n")
+        out.write(JsonWriter(indent=2, default=str)(status) + "\n")
     capture = capture_path(config.jsonl_path)
     try:
         from rich.console import Console

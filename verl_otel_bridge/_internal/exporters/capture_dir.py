@@ -73,7 +73,7 @@ class CaptureDir:
         self.rotate_bytes = rotate_bytes
         self.budget = RunBudget(self.run_dir, budget_bytes)
         self.budget.counts = counts
-        self._lines = RecordLines()
+        self._lines = RecordLines(counts)  # a value JSON cannot carry is replaced, counted ``converted``
         self._once = OnceLogger(logger)
         self._ready = False
         self._closed = False

@@ -24,12 +24,12 @@ class Console:
     terminal and ``NO_COLOR`` is unset; the sessions it still holds are written when it is closed), or
     ``json``, the bridge's record, one per line. A stream that cannot be written refuses the batch."""
 
-    def __init__(self, out: TextIO | None = None, format: str = "text") -> None:
+    def __init__(self, out: TextIO | None = None, format: str = "text", counts: SpanCounts | None = None) -> None:
         self._out = out if out is not None else sys.stdout
         self._text = (
             SpanText(colour=_is_terminal(self._out) and not os.environ.get("NO_COLOR")) if format == "text" else None
         )
-        self._records = RecordLines()
+        self._records = RecordLines(counts)  # a value JSON cannot carry is replaced, counted ``converted``
         self._lock = threading.Lock()
         self._last_error: str | None = None
 
@@ -73,7 +73,7 @@ def _is_terminal(out: TextIO) -> bool:
 
 def build(config: BridgeConfig, counts: SpanCounts) -> Console:
     """The ``console`` destination: standard output, in ``console_format``."""
-    return Console(format=config.console_format)
+    return Console(format=config.console_format, counts=counts)
 
 
 def check(config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) -> dict[str, object]:

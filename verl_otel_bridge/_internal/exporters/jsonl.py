@@ -29,7 +29,7 @@ from verl_otel_bridge._internal.exporters.capture_dir import CaptureDir
 from verl_otel_bridge._internal.exporters.destination import Destination, Outcome
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import OnceLogger
-from verl_otel_bridge._internal.private_files import DIRECTORY_MODE, open_private_output
+from verl_otel_bridge._internal.private_files import make_dirs, open_private_output
 from verl_otel_bridge._internal.records import RecordLines
 from verl_otel_bridge._internal.status import Where
 
@@ -62,7 +62,7 @@ def build(config: BridgeConfig, counts: SpanCounts) -> Destination:
         ConfigError: the file or the run folder cannot be used (key ``jsonl_path`` or ``capture_dir``).
     """
     if config.capture_dir is None:
-        return JsonlFile(config.jsonl_path)
+        return JsonlFile(config.jsonl_path, counts)
     return CaptureDir(
         run_folder(config),
         counts,
@@ -104,14 +104,14 @@ class JsonlFile:
         ConfigError: ``path`` cannot be opened for appending (key ``jsonl_path``).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], counts: SpanCounts | None = None) -> None:
         self._given = os.fspath(path)
         self.path = Path(self._given.replace("{pid}", str(os.getpid()))).expanduser()
         self._file: AppendFile | None = None
         self._closed = False
         self._last_error: str | None = None
         self._once = OnceLogger(logger)
-        self._lines = RecordLines()
+        self._lines = RecordLines(counts)  # a value JSON cannot carry is replaced, counted ``converted``
         self._new_lock()
         reinit_after_fork(self._new_lock)
         if not _OPEN_ON_FIRST_EXPORT.get():
@@ -119,7 +119,7 @@ class JsonlFile:
 
     def _open(self) -> AppendFile:
         try:
-            self.path.parent.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+            make_dirs(self.path.parent)
             return AppendFile(open_private_output(self.path), self.path, compressed=compressed(self.path))
         except OSError as exc:
             raise ConfigError(

@@ -22,6 +22,7 @@ from verl_otel_bridge._internal.accounting import DISCARDED, FAILED, FALLBACK, S
 from verl_otel_bridge._internal.exporters.destination import Destination, Outcome
 from verl_otel_bridge._internal.pipeline.spill import FROM_DESTINATION, FROM_QUEUE, Spill, SpillSettings
 from verl_otel_bridge._internal.records import redact, redaction_keys
+from verl_otel_bridge._internal.signals import start_thread
 from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class ExportChain:
             if spill is not None
             else None
         )
-        self._closer: threading.Timer | None = None
+        self._closing = threading.Event()
 
     @property
     def destinations(self) -> tuple[Named, ...]:
@@ -202,9 +203,11 @@ class ExportChain:
         if not self.health.up:
             self._close_primary_if_failing()
             return
-        self._closer = threading.Timer(seconds_left(deadline), self._close_primary_if_failing)
-        self._closer.daemon = True
-        self._closer.start()
+        start_thread(self._close_primary_if_still_failing_at, "verl-otel-bridge-give-up", deadline)
+
+    def _close_primary_if_still_failing_at(self, deadline: float) -> None:
+        if not self._closing.wait(seconds_left(deadline)):  # (set when the chain is closed first)
+            self._close_primary_if_failing()
 
     def _close_primary_if_failing(self) -> None:
         if self.health is not None and not self.health.up:
@@ -233,8 +236,7 @@ class ExportChain:
 
     def close(self) -> None:
         """Close every destination (the files stay; a send still waiting ends)."""
-        if self._closer is not None:
-            self._closer.cancel()
+        self._closing.set()
         for named in self.destinations:
             _close(named)
 
@@ -252,8 +254,7 @@ def within(deadline: float, work: Callable[[], bool], what: str) -> bool:
             logger.exception("the export chain's %s raised", what)
             done.append(False)
 
-    worker = threading.Thread(target=run, name=f"verl-otel-bridge-{what}", daemon=True)
-    worker.start()
+    worker = start_thread(run, f"verl-otel-bridge-{what}")
     worker.join(seconds_left(deadline))
     if worker.is_alive():
         logger.warning(

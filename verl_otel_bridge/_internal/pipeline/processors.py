@@ -17,6 +17,15 @@ from verl_otel_bridge._internal.accounting import DROPPED, SpanCounts
 from verl_otel_bridge._internal.attributes import AttributeValue, has_attribute, set_clean_attributes, stamp_new_span
 from verl_otel_bridge._internal.identity import SessionIdentity, current_identity
 from verl_otel_bridge._internal.pipeline.chain import ExportChain, seconds_left
+from verl_otel_bridge._internal.pipeline.handover import (
+    COUNTED,
+    Interrupted,
+    Ticket,
+    count_on,
+    counted,
+    handed,
+    mark_handed,
+)
 from verl_otel_bridge._internal.pipeline.queue import ExportQueue, span_size
 from verl_otel_bridge._internal.pipeline.sampling import SessionSampler
 from verl_otel_bridge._internal.protocol import STATE_LANE_ID
@@ -142,7 +151,8 @@ class ExportSpanProcessor(SpanProcessor):
         self.sampler = sampler
         self._shut_down = False
         self._count_start = counts.incrementer("started")
-        self._count_end = counts.incrementer("ended")
+        self._ended = counts.steps("ended")
+        self._interrupted = Interrupted()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         if not self._shut_down:  # spans of an application's provider after the bridge is gone are not ours
@@ -151,32 +161,57 @@ class ExportSpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         if self._shut_down:
             return
-        self._count_end()
-        if self.sampler is None:
-            self._hand_over([span])
-        else:
-            self._hand_over(self.sampler.on_end(span))
+        ticket: Ticket = []
+        try:
+            count_on(ticket, self._ended)
+            if self._interrupted:
+                self._rescue()
+            if self.sampler is None:
+                self._hand_over_one(span, ticket)
+            else:
+                mark_handed(ticket)
+                self._hand_over(self.sampler.on_end(span))
+        except BaseException:  # raised into span-end code (a signal handler's): keep the span first
+            self._interrupted.keep((span, ticket))
+            raise
+
+    def _rescue(self) -> None:
+        """Hand over, once, the spans whose hand-over an exception interrupted (see ``handover``)."""
+        taken: list[tuple[ReadableSpan, Ticket]] = []
+        try:
+            while self._interrupted.take(taken):
+                span, ticket = taken[-1]
+                if not counted(ticket):
+                    count_on(ticket, self._ended)
+                if not handed(ticket):
+                    self._hand_over_one(span, ticket)
+                taken.pop()
+        except BaseException:
+            self._interrupted.put_back(taken)
+            raise
 
     def _hand_over(self, spans: list[ReadableSpan]) -> None:
-        if self.queue is None:
-            if spans:
-                self.chain.export(spans)
-            return
+        """Hand over spans counted ``ended`` before (released by the sampler)."""
         for span in spans:
-            size = span_size(span)  # once: the spill takes what the queue refuses at the same size
-            if self.queue.put(span, size):
-                continue
-            if self.spill is not None:
-                self.spill.offer(span, size)
-            else:
-                self.counts.add(DROPPED)
+            self._hand_over_one(span, [COUNTED])
 
-    def uncount_dropped(self, spans: int) -> None:
-        """A batch counted as dropped at shutdown was exported (and counted) after all."""
-        self.counts.add(DROPPED, -spans)
+    def _hand_over_one(self, span: ReadableSpan, ticket: Ticket) -> None:
+        if self.queue is None:
+            mark_handed(ticket)
+            self.chain.export([span])
+            return
+        size = span_size(span)  # once: the spill takes what the queue refuses at the same size
+        if self.queue.put(span, size, ticket):
+            return
+        if self.spill is not None:
+            self.spill.offer(span, size, ticket)
+        else:
+            mark_handed(ticket)
+            self.counts.add(DROPPED)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         deadline = time.monotonic() + timeout_millis / 1000
+        self._rescue()
         if self.sampler is not None:
             self._hand_over(self.sampler.release_all())
         self.chain.hurry(True)  # a primary that is failing is not waited for: its batches spill
@@ -214,6 +249,7 @@ class ExportSpanProcessor(SpanProcessor):
         """
         if self._shut_down:
             return
+        self._rescue()
         if self.sampler is not None:
             self._hand_over(self.sampler.release_all())
         self._shut_down = True

@@ -29,6 +29,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from verl_otel_bridge._internal.accounting import HotCounter
 from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events
 from verl_otel_bridge._internal.forks import reinit_after_fork
+from verl_otel_bridge._internal.pipeline.handover import HANDED, Ticket, Wakeup, append_on, remove_on
+from verl_otel_bridge._internal.signals import start_thread
 from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
@@ -163,23 +165,22 @@ class ExportQueue:
         self._items: collections.deque[tuple[ReadableSpan, int]] = collections.deque()
         self._budget = ByteBudget(self._max_bytes)
         self._enqueued = HotCounter()
-        self._count_enqueued = self._enqueued.increment
         self._settled = 0
         self._taken = 0
         self._in_flight = 0
         self._abandoned_in_flight = 0
         self._stopping = False
-        self._wake = threading.Event()
-        self._worker = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
-        self._worker.start()
+        self._wake = Wakeup()  # its set() is safe in span-end code (see handover)
+        self._worker = start_thread(self._run, self._thread_name)
 
-    def put(self, span: ReadableSpan, size: int) -> bool:
+    def put(self, span: ReadableSpan, size: int, ticket: Ticket | None = None) -> bool:
         """Queue ``span`` of estimated ``size`` bytes (:func:`span_size`);
         False (nothing queued) when full or shut down.
 
         Only the byte count takes a lock: ``deque.append`` and the counter are
         atomic, and a race on the length check can overfill ``max_size`` by at
-        most one span per thread.
+        most one span per thread. The append, the count and the ``ticket``'s mark
+        happen in one call (:mod:`~verl_otel_bridge._internal.pipeline.handover`).
         """
         items = self._items
         if self._stopping or (self._max_size is not None and len(items) >= self._max_size):
@@ -187,15 +188,14 @@ class ExportQueue:
         if not self._budget.take(size):
             return False
         item = (span, size)
-        items.append(item)
+        append_on(ticket if ticket is not None else [], items, item, self._enqueued.steps)
         if self._stopping:  # shutdown began meanwhile: take the span back unless it was already taken
             try:
-                items.remove(item)
+                remove_on(ticket if ticket is not None else [HANDED], items, item)
             except ValueError:
                 return True
             self._budget.give(size)
             return False
-        self._count_enqueued()
         if (len(items) >= self._batch_size or not self._delay_s) and not self._wake.is_set():
             self._wake.set()  # a zero delay means: export at once
         return True

@@ -23,6 +23,7 @@ from verl_otel_bridge._internal.pipeline.queue import MAX_BATCH_BYTES
 from verl_otel_bridge._internal.pipeline.spill.segments import SegmentStore, Taken
 from verl_otel_bridge._internal.pipeline.spill.settings import FROM_QUEUE, SpillSettings
 from verl_otel_bridge._internal.records import iter_lines, record_to_span
+from verl_otel_bridge._internal.signals import start_thread
 from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
@@ -64,8 +65,7 @@ class DrainThread:
         self._draining = 0
         self._stopping = False
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="verl-otel-bridge-drain", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._run, "verl-otel-bridge-drain")
 
     def is_current(self) -> bool:
         """Whether the caller is the drain thread."""

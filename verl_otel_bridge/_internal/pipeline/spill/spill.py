@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from verl_otel_bridge._internal.accounting import DROPPED, SPILL_WRITTEN, SPILLED, SpanCounts
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import Reminder
+from verl_otel_bridge._internal.pipeline.handover import Ticket, mark_handed
 from verl_otel_bridge._internal.pipeline.queue import ExportQueue
 from verl_otel_bridge._internal.pipeline.spill.drain import DrainThread, DrainTo
 from verl_otel_bridge._internal.pipeline.spill.segments import SegmentStore
@@ -45,7 +46,7 @@ class Spill:
         self._dropping = 0
         self._drop_warning = Reminder(logger, DROP_WARNING_INTERVAL_S)
         self._store = SegmentStore(settings.spill_dir, settings.spill_max_bytes)
-        self._lines = RecordLines()
+        self._lines = RecordLines(counts)
         self._drains = drains
         self._may_try = may_try
         # Their threads start with the first span spilled: most runs never spill.
@@ -80,13 +81,15 @@ class Spill:
                     self._drain = DrainThread(self._store, self.counts, self._drains, self._may_try, self.settings)
         return self._drain
 
-    def offer(self, span: ReadableSpan, size: int) -> None:
+    def offer(self, span: ReadableSpan, size: int, ticket: Ticket | None = None) -> None:
         """Take a span the export queue refused (estimated ``size`` bytes), to be written on the spill
-        thread; never blocks.
+        thread; never blocks. ``ticket`` is marked when it is taken or counted dropped (see ``handover``).
 
         When the write buffer is full too (the disk is slower than the burst), the span is dropped.
         """
-        if not self._buffered().put(span, size):
+        if not self._buffered().put(span, size, ticket):
+            if ticket is not None:
+                mark_handed(ticket)
             self._drop(1, "the spill's write buffer is full")
 
     def write(self, spans: Sequence[ReadableSpan], spilled_from: str) -> bool:
