@@ -30,8 +30,9 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, Status, StatusCode
 
 from verl_otel_bridge import Bridge, BridgeConfig
-from verl_otel_bridge._internal.exporters.console import console_exporter
-from verl_otel_bridge._internal.exporters.jsonl import JsonlSpanExporter
+from verl_otel_bridge._internal.captures.run import run_folder
+from verl_otel_bridge._internal.exporters.console import Console
+from verl_otel_bridge._internal.exporters.jsonl import JsonlFile
 from verl_otel_bridge._internal.records import JsonWriter, RecordLines
 from verl_otel_bridge._internal.verl import destination
 
@@ -65,10 +66,10 @@ def test_the_default_destination_makes_its_missing_parents_0700(
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("XDG_STATE_HOME", raising=False)
     config = destination.worker_config({}, environ={})
-    assert config.exporter == "jsonl" and config.jsonl_path is not None
     made = [home / ".local", home / ".local" / "state", home / ".local" / "state" / "verl_otel_bridge"]
     made.append(made[-1] / "spans")
-    assert Path(config.jsonl_path).parent == made[-1]
+    assert config.exporter == "jsonl" and config.capture_dir == str(made[-1])
+    made.append(run_folder(config))
     assert {str(d.relative_to(home)): oct(stat.S_IMODE(d.stat().st_mode)) for d in made} == {
         str(d.relative_to(home)): "0o700" for d in made
     }
@@ -77,8 +78,7 @@ def test_the_default_destination_makes_its_missing_parents_0700(
 
 @pytest.mark.usefixtures("umask_022")
 def test_a_jsonl_path_in_missing_directories_makes_them_0700(tmp_path: Path) -> None:
-    exporter = JsonlSpanExporter(tmp_path / "runs" / "today" / "spans.jsonl")
-    exporter.shutdown()
+    JsonlFile(tmp_path / "runs" / "today" / "spans.jsonl").close()
     for made in (tmp_path / "runs", tmp_path / "runs" / "today"):
         assert stat.S_IMODE(made.stat().st_mode) == 0o700, made
 
@@ -212,7 +212,7 @@ def test_a_string_that_is_not_unicode_costs_that_value_only_on_the_console() -> 
     finally:
         bridge.shutdown()
     assert len(spans) == SPANS  # the memory exporter keeps the span as it was made
-    console_exporter(out).export(spans)
+    Console(out, format="json").send(spans)
     lines = out.getvalue().encode("utf-8").splitlines()  # UTF-8 can write every line
     assert [json.loads(line)["attributes"]["i"] for line in lines] == list(range(SPANS))
 

@@ -82,6 +82,8 @@ class Bridge:
         self._provider: TracerProvider | None = None
         self._start_span: StartSpan = self._start_stamped
         self._closed = False
+        #: Shut down by ``vob.shutdown()``: the next span makes a new current bridge (see ``get_bridge``).
+        self.retired = False
         self._closing_thread: threading.Thread | None = None
         self._shut_down = threading.Event()
         if self._processor is not None:

@@ -74,25 +74,26 @@ def instrument(
 
 def get_bridge() -> Bridge:
     """The current bridge; the first call without ``configure()`` (or after :func:`shutdown`) builds one
-    from the environment.
+    from the environment. A bridge shut down otherwise (at exit, by SIGTERM, ``bridge.shutdown()``) stays
+    current: spans made after it are not exported, and no new bridge is made while the process ends.
 
     A bad environment variable is logged as an error and the defaults are used,
     since this runs where spans are made and must not raise there.
     """
     bridge = _current
-    if bridge is not None and not bridge.closed:
+    if bridge is not None and not bridge.retired:
         return bridge
     with _lock:
-        if _current is None or _current.closed:
+        if _current is None or _current.retired:
             _install(_from_environment())
         assert _current is not None
         return _current
 
 
 def current_bridge() -> Bridge | None:
-    """The current bridge, or None if there is none yet or it was shut down (never builds one)."""
+    """The current bridge, or None if there is none yet or :func:`shutdown` retired it (never builds one)."""
     bridge = _current
-    return bridge if bridge is not None and not bridge.closed else None
+    return bridge if bridge is not None and not bridge.retired else None
 
 
 def set_bridge(bridge: Bridge | None) -> Bridge | None:
@@ -218,3 +219,4 @@ def shutdown(timeout_s: float | None = None) -> None:
     bridge = _current
     if bridge is not None:
         bridge.shutdown(timeout_s)
+        bridge.retired = True

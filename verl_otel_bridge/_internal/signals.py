@@ -193,7 +193,10 @@ class _FlushThread:
         """Wait for a request or a signal and serve it; False when the thread is to end."""
         try:
             if wake_read != -1:
-                ready, _, _ = select.select([read, wake_read], [], [])
+                poller = select.poll()  # not select(): a process may hold descriptors past FD_SETSIZE (1024)
+                poller.register(read, select.POLLIN)
+                poller.register(wake_read, select.POLLIN)
+                ready = {fd for fd, _event in poller.poll()}
                 if wake_read in ready and signal.SIGTERM in os.read(wake_read, 512):
                     self._signalled()
                 if read not in ready:
@@ -201,9 +204,9 @@ class _FlushThread:
             asked = os.read(read, 1)
         except OSError:
             return False
-        except Exception:
-            logger.exception("handling SIGTERM failed")
-            return True
+        except Exception:  # once, not in a loop: the thread ends, SIGTERM does what it would without the bridge
+            logger.exception("handling SIGTERM failed; queued spans are no longer flushed on SIGTERM")
+            return False
         if asked in (b"", _STOP):
             return False
         try:
