@@ -316,7 +316,8 @@ def verl(session: nox.Session, verl: str) -> None:
     from the ``backends(phoenix)`` environment (built by ``nox -s backends``, which ``make test`` runs first).
 
     ``nox -s verl -- bench [options]`` runs ``bench/verl_overhead.py`` in this environment instead,
-    ``nox -s verl -- bench-trainer [options]`` ``bench/trainer_phases.py``.
+    ``nox -s verl -- bench-trainer [options]`` ``bench/trainer_phases.py``, ``nox -s verl -- bench-captures [options]``
+    ``bench/capture_volume.py``.
     """
     python = install_once(
         session,
@@ -328,7 +329,11 @@ def verl(session: nox.Session, verl: str) -> None:
         "fastapi",
         "rl-insight==0.3.0",
     )
-    benches = {"bench": "bench/verl_overhead.py", "bench-trainer": "bench/trainer_phases.py"}
+    benches = {
+        "bench": "bench/verl_overhead.py",
+        "bench-trainer": "bench/trainer_phases.py",
+        "bench-captures": "bench/capture_volume.py",
+    }
     if session.posargs[:1] and session.posargs[0] in benches:
         session.run(python, benches[session.posargs[0]], *session.posargs[1:], env=LOOPBACK_ENV, external=True)
         return

@@ -23,7 +23,7 @@ from verl_otel_bridge._version import install_command
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BACKEND", "HOOKS", "SWITCH_ENV", "TRAINER_HOOKS", "register"]
+__all__ = ["BACKEND", "HOOKS", "RUN_HOOKS", "SWITCH_ENV", "TRAINER_HOOKS", "register"]
 
 #: verl module -> the function of :mod:`verl_otel_bridge._internal.verl.tracing` that wraps it.
 HOOKS = {
@@ -37,6 +37,9 @@ TRAINER_HOOKS = {
     "verl.trainer.ppo.ray_trainer": "install_ray_trainer",
     "verl.utils.tracking": "install_tracking",
 }
+
+#: verl module -> the function of :mod:`verl_otel_bridge._internal.verl.runs` that wraps it (the run's name).
+RUN_HOOKS = {"verl.trainer.constants_ppo": "install_runtime_env"}
 
 
 def _hook(installer: str, owner: str = "verl_otel_bridge._internal.verl.tracing") -> Callable[[ModuleType], None]:
@@ -64,6 +67,8 @@ def register() -> bool:
         wrapt.register_post_import_hook(_hook(installer), module)
     for module, installer in TRAINER_HOOKS.items():
         wrapt.register_post_import_hook(_hook(installer, "verl_otel_bridge._internal.verl.trainer"), module)
+    for module, installer in RUN_HOOKS.items():
+        wrapt.register_post_import_hook(_hook(installer, "verl_otel_bridge._internal.verl.runs"), module)
     return True
 
 

@@ -453,6 +453,7 @@ def _manager_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: 
     """
     try:
         if wanted(instance.config.actor_rollout_ref.rollout.trace.get("backend")):
+            destination.warn_if_spread(instance.config)  # once: Ray's nodes writing into node-local directories
             carrier = propagation.inject()
             if carrier:
                 prompts = args[0] if args else kwargs["prompts"]
