@@ -17,13 +17,15 @@ Measured, with the plugin's ``jsonl`` exporter into a capture directory (the def
   single-turn) at zero model latency, text on / text off paired per round (order rotated),
   and both against the trace backend unset;
 - ``report --step N`` on a run of 200 steps against a run of that one step (the same step's
-  files), best of 5 each.
+  files), best of 9 each.
 
 ``--layout file`` writes one plain ``jsonl_path`` file instead (what an older bridge wrote: run it
 with that bridge on ``PYTHONPATH`` for the figures before the layout).
 
 Run: ``nox -s verl -- bench-captures`` (also ``make bench``; writes its section of docs/verl.md),
-``python bench/capture_volume.py --rounds 3 --no-write`` for a quick look.
+``python bench/capture_volume.py --rounds 3 --no-write`` for a quick look. Runs with
+``OMP_NUM_THREADS=1`` unless set: torch's idle intra-op threads spin, which on a shared machine adds more
+noise to process CPU than the difference measured.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+# One intra-op thread for torch (verl pads with it): idle OpenMP threads spin, and their CPU would
+# swamp the difference measured here on a shared machine.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "verl"))
@@ -90,8 +95,12 @@ CORPUS = corpus()
 
 def text(key: str, length: int) -> str:
     """``length`` characters of the corpus from a place ``key`` picks."""
-    start = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % (len(CORPUS) - length)
+    start = _start(key, length)
     return CORPUS[start : start + length]
+
+
+def _start(key: str, length: int) -> int:
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % (len(CORPUS) - length)
 
 
 class VolumeServer:
@@ -101,6 +110,11 @@ class VolumeServer:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        # The stand-in answers without tokenizing (a real server's work is not in the worker's CPU): the
+        # byte-level tokenizer gives one token per character of this ASCII corpus, so a slice of the corpus's
+        # ids is the slice's ids.
+        self.corpus_ids = self.tokenizer.backend_tokenizer.encode(CORPUS, add_special_tokens=False).ids
+        assert len(self.corpus_ids) == len(CORPUS)
         self.calls = 0
         #: Each trajectory's whole conversation (its last prompt and response), as token ids.
         self.finals: list[list[int]] = []
@@ -284,10 +298,10 @@ async def cpu(root: Path, model: Path, configs: Mapping[str, Any], layout: str, 
 
 
 def report_scaling(root: Path) -> dict[str, Any]:
-    """``report --step N``: a run of 200 steps against a run holding only step N (best of 5 each)."""
+    """``report --step N``: a run of 200 steps against a run holding only step N (best of 9 each)."""
     from verl_otel_bridge.report import build_report
 
-    sessions = 64
+    sessions = 256
     for name, steps in (("long", range(1, STEPS + 1)), ("one", range(STEPS // 2, STEPS // 2 + 1))):
         bridge = vob.configure(
             exporter="jsonl", capture_dir=str(root / "report"), capture_run=name, progress_interval_s=0
@@ -303,7 +317,7 @@ def report_scaling(root: Path) -> dict[str, Any]:
     times = {}
     for name in ("long", "one"):
         best = []
-        for _ in range(5):
+        for _ in range(9):
             started = time.perf_counter()
             built = build_report([root / "report" / name], step=STEPS // 2)
             best.append(time.perf_counter() - started)
