@@ -1,6 +1,6 @@
 """What a real run writes, and what text costs: verl's real agent loop with a long-context workload.
 
-The workload (issue 31): each trajectory's prompt is 2,003 tokens of English (CPython's
+The workload: each trajectory's prompt is 2,003 tokens of English (CPython's
 ``pydoc_data.topics``, which ships with Python), a ``ToolAgentLoop`` trajectory makes 4
 generate calls of 980 tokens each with 3 tool replies of about 200 characters between
 them, a ``SingleTurnAgentLoop`` one call of 980 tokens; rollouts of one prompt share it,

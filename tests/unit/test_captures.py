@@ -141,8 +141,8 @@ def test_a_file_cut_mid_member_by_a_crash_is_read_to_its_last_whole_member(tmp_p
 
 
 def test_readers_skip_empty_partial_and_unrelated_files_and_say_so(tmp_path: Path) -> None:
-    """Issue 32, class 3: verl's default directory with a worker that traced nothing (an empty file), a file cut
-    inside its only line, and files that are no captures at all: skipped and listed, never fatal."""
+    """verl's default directory with a worker that traced nothing (an empty file), a file cut inside its only
+    line, and files that are no captures at all: skipped and listed, never fatal."""
     good = {
         "name": "agent_session",
         "span_id": "1" * 16,
@@ -173,7 +173,7 @@ def test_readers_skip_empty_partial_and_unrelated_files_and_say_so(tmp_path: Pat
 
 
 def test_what_a_reader_holds_is_bounded_whatever_a_file_holds(tmp_path: Path) -> None:
-    """The general rule of issue 32: a 160 MB line, and a gzip member inflating to 256 MB without a newline,
+    """What a reader holds is bounded whatever a file holds: a 160 MB line, and a gzip member inflating to 256 MB without a newline,
     are skipped as they are read; report, show's reading and replay hold a bounded amount meanwhile."""
     good = json.dumps({"name": "x", "span_id": "1" * 16, "trace_id": "2" * 32, "attributes": {}}).encode() + b"\n"
     huge = tmp_path / "huge.jsonl"
