@@ -47,6 +47,7 @@ bench: $(READY)  ## benchmarks against bare OpenTelemetry and verl's direct RL-I
 	$(BIN)/nox -s bench
 	$(BIN)/nox -s verl -- bench
 	$(BIN)/nox -s verl -- bench-trainer
+	$(BIN)/nox -s verl -- bench-captures
 
 clean:
 	rm -rf $(VENV) .nox .pytest_cache site

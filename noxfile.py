@@ -334,7 +334,8 @@ def verl(session: nox.Session, verl: str) -> None:
     from the ``backends(phoenix)`` environment (built by ``nox -s backends``, which ``make test`` runs first).
 
     ``nox -s verl -- bench [options]`` runs ``bench/verl_overhead.py`` in this environment instead,
-    ``nox -s verl -- bench-trainer [options]`` ``bench/trainer_phases.py``.
+    ``nox -s verl -- bench-trainer [options]`` ``bench/trainer_phases.py``, ``nox -s verl -- bench-captures [options]``
+    ``bench/capture_volume.py``.
     """
     python = install_once(
         session,
@@ -347,7 +348,11 @@ def verl(session: nox.Session, verl: str) -> None:
         "rl-insight==0.3.0",
         "pytest-asyncio",  # verl's own agent-loop tests (tests/verl/test_verls_own_tests.py) have async ones
     )
-    benches = {"bench": "bench/verl_overhead.py", "bench-trainer": "bench/trainer_phases.py"}
+    benches = {
+        "bench": "bench/verl_overhead.py",
+        "bench-trainer": "bench/trainer_phases.py",
+        "bench-captures": "bench/capture_volume.py",
+    }
     if session.posargs[:1] and session.posargs[0] in benches:
         session.run(python, benches[session.posargs[0]], *session.posargs[1:], env=LOOPBACK_ENV, external=True)
         return

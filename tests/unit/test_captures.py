@@ -348,3 +348,17 @@ def test_a_plain_jsonl_path_is_still_one_file_and_gz_makes_it_gzip(
             assert len(gzip.decompress(path.read_bytes()).splitlines()) == 2
         else:
             assert len(path.read_text().splitlines()) == 2
+
+
+def test_doctor_says_where_the_run_folder_is_its_budget_and_what_the_directory_holds(
+    tmp_path: Path, make_bridge: Callable[..., Bridge]
+) -> None:
+    from verl_otel_bridge.cli.doctor import diagnose
+
+    write_steps(make_bridge, tmp_path / "spans", range(1, 4))
+    env = {"VERL_OTEL_BRIDGE_EXPORTER": "jsonl", "VERL_OTEL_BRIDGE_CAPTURE_DIR": str(tmp_path / "spans")}
+    report = diagnose(env, timeout_s=1)
+    assert report["ok"] and "global_steps=<n>" in report["route"]["local"]["detail"]
+    assert "a quarter of the free space" in report["route"]["local"]["detail"]
+    (run,) = report["captures"]["runs"]
+    assert (run["run"], run["steps"], run["newest_step"], run["files"]) == ("r1", 3, 3, 3) and run["bytes"] > 0

@@ -13,6 +13,7 @@ the text is turned on the documented way: verl's ``trace.token2text``.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -33,6 +34,9 @@ ARRIVAL_S = 60.0
 SESSIONS = 8  # the example's 2 prompts x 2 rollouts of each of its two agent loops
 SESSIONS_QUERY = """{ projects { edges { node { name sessions(first: 100) { edges { node {
   sessionId numTraces firstInput { value } lastOutput { value } } } } } } } }"""
+#: Each span's name, attributes (JSON text) and input, as Phoenix's span view shows it.
+SPANS_QUERY = """{ projects { edges { node { name spans(first: 1000) { edges { node {
+  name attributes input { value } } } } } } } }"""
 
 _spec = importlib.util.spec_from_file_location("backends_conftest", HERE.parent / "backends" / "conftest.py")
 assert _spec is not None and _spec.loader is not None
@@ -90,5 +94,19 @@ def test_a_real_verl_run_shows_each_sessions_first_input_and_last_output_in_phoe
     for session_id, session in sessions(phoenix, "proj").items():
         sample = int(session_id.split("/sample=", 1)[1].split("/", 1)[0])
         assert session["numTraces"] == 1, session
-        assert f"question {sample - 100}" in session["firstInput"]["value"], session
+        # the session's first input: its first generate turn's prompt, rebuilt by the exporter (stored once)
+        assert (
+            f"<|im_start|>user\n{'[tools] ' if sample < 102 else ''}question {sample - 100}"
+            in session["firstInput"]["value"]
+        ), session
         assert harness.FINAL_ANSWER.removesuffix("<|im_end|>") in session["lastOutput"]["value"], session
+    # each LLM call shows its whole input: a tool loop's last call, its prompt with the tool replies, rebuilt
+    data = phoenix.graphql(SPANS_QUERY)
+    node = next(e["node"] for e in data["projects"]["edges"] if e["node"]["name"] == "proj")
+    calls = [e["node"] for e in node["spans"]["edges"] if json.loads(e["node"]["attributes"]).get("type") == "generate"]
+    last_calls = [c for c in calls if json.loads(c["attributes"]).get("turn", 0) > 0]
+    assert len(last_calls) == 4, calls  # the tool loops' second call (2 prompts x 2 rollouts)
+    for call in last_calls:
+        whole = call["input"]["value"]
+        assert whole.startswith("<|im_start|>user\n[tools] question ") and "<|im_start|>tool" in whole, call
+        assert "appended" not in json.loads(call["attributes"]).get("input", {}), call  # the delta is not sent

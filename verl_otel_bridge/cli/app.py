@@ -590,6 +590,15 @@ def _render_doctor(console: Any, report: Mapping[str, Any]) -> None:
         say(f"  its spans go to: {verl['destination']}")
         say(f"  RLInsightLogger verl builds: {verl['rl_insight_logger']}")
 
+    captures = report.get("captures")
+    if captures is not None:
+        say("Captures", "bold")
+        say(f"  {captures['dir']}: {len(captures['runs'])} run folders (the newest first)")
+        for run in captures["runs"]:
+            say(
+                f"  {run['run']}: {run['steps']} steps (newest {run['newest_step']}), {run['files']} files, "
+                f"{run['bytes']} bytes"
+            )
     for problem in report["problems"]:
         say(f"problem: {problem}", "red")
     for hint in report["hints"]:

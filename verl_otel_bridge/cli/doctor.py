@@ -12,8 +12,10 @@ import math
 import os
 import platform
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from verl_otel_bridge._internal.captures.doctor import describe_runs
 from verl_otel_bridge._internal.config import ENV_PREFIX, BridgeConfig, value_sources
 from verl_otel_bridge._internal.exporter_names import destination_module
 from verl_otel_bridge._internal.pipeline.route import Route
@@ -23,6 +25,7 @@ from verl_otel_bridge._internal.rl_insight import compat as rl_insight_compat
 from verl_otel_bridge._internal.rl_insight.otlp import fetch_services, trace_endpoint
 from verl_otel_bridge._internal.secrets import Scrubber, mask_url, masked, secrets_in
 from verl_otel_bridge._internal.verl.checkup import checkup, plugin_config
+from verl_otel_bridge._internal.verl.destination import default_dir
 from verl_otel_bridge._version import __version__, distribution_version, install_command
 
 #: How long ``doctor`` waits for the RL-Insight server.
@@ -127,6 +130,7 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         "route": None,
         "server": None,
         "verl": None,
+        "captures": None,
         "problems": problems,
         "hints": hints,
         "notes": notes,
@@ -258,9 +262,19 @@ def diagnose(environ: Mapping[str, str] | None = None, *, timeout_s: float = SER
         if not check["ok"]:
             role = "copy" if index else ("fallback" if planned.wants_rl_insight else "exporter")
             problems.append(f"{role} {name!r} cannot be used: {check['detail']}")
+    report["captures"] = captures(config, env)
     reached = route["destination"] == route["preferred"] or not planned.explicit
     report["ok"] = reached and not problems
     return scrub(report)  # type: ignore[no-any-return]
+
+
+def captures(config: BridgeConfig, environ: Mapping[str, str]) -> dict[str, Any] | None:
+    """The capture directory spans go to (``capture_dir``, else the verl plugin's default when it exists) and
+    the runs in it, newest first (names and sizes only; docs/protocol.md#capture-directories); None without one."""
+    directory = Path(config.capture_dir).expanduser() if config.capture_dir else default_dir(environ)
+    if not config.capture_dir and not directory.is_dir():
+        return None
+    return {"dir": str(directory), "runs": describe_runs(directory)}
 
 
 def _transport(config: BridgeConfig, server: dict[str, Any] | None) -> str:

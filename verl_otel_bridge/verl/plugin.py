@@ -24,6 +24,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BACKEND", "SWITCH_ENV", "register"]
 
+#: verl module -> the function of :mod:`verl_otel_bridge._internal.verl.runs` that wraps it (the run's name).
+RUN_HOOKS = {"verl.trainer.constants_ppo": "install_runtime_env"}
+
 
 def _install(module: ModuleType) -> None:
     """Wrap ``module``'s targets; the installer (and the bridge behind it) is imported then, not at ``import verl``."""

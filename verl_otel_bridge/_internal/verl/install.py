@@ -12,14 +12,19 @@ from types import ModuleType
 from typing import Any
 
 from verl_otel_bridge._internal.verl import logger as logger_wrappers
-from verl_otel_bridge._internal.verl import tracing, trainer
+from verl_otel_bridge._internal.verl import runs, tracing, trainer
 from verl_otel_bridge._internal.verl.targets import Kind, Target, targets_of
 from verl_otel_bridge._internal.verl.wrapping import PATCHED, patch, recognised, resolve
 
 logger = logging.getLogger(__name__)
 
 #: The modules the table's wrappers (``"<module>.<function>"``) are functions of.
-_WRAPPER_MODULES: dict[str, ModuleType] = {"tracing": tracing, "trainer": trainer, "logger": logger_wrappers}
+_WRAPPER_MODULES: dict[str, ModuleType] = {
+    "tracing": tracing,
+    "trainer": trainer,
+    "logger": logger_wrappers,
+    "runs": runs,
+}
 
 
 def install(module: ModuleType) -> None:

@@ -98,6 +98,7 @@ AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"
 TOOL_AGENT_LOOP = "verl.experimental.agent_loop.tool_agent_loop"
 LLM_SERVER = "verl.workers.rollout.llm_server"
 RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
+CONSTANTS_PPO = "verl.trainer.constants_ppo"
 TRACKING = "verl.utils.tracking"
 
 #: The class verl's own code builds or calls for RL-Insight (selected by ``RL_INSIGHT_ENABLE_ENV``).
@@ -212,6 +213,8 @@ TARGETS: tuple[Target, ...] = (
     Target(
         LLM_SERVER, "LLMServerClient._acquire_server", Kind.METHOD, ("request_id",), wrapper="tracing.acquire_server"
     ),
+    # The driver names the capture run for every worker (verl 0.9.0 and later pass the config; 0.8.0 does not).
+    Target(CONSTANTS_PPO, "get_ppo_ray_runtime_env", Kind.ATTRIBUTE, wrapper="runs.runtime_env"),
     # One trace per training step: each phase's timer, and the step logged.
     Target(RAY_TRAINER, "marked_timer", Kind.ATTRIBUTE, ("name", "timing_raw"), wrapper="trainer.phase_timers"),
     Target(RAY_TRAINER, "RayPPOTrainer.fit", Kind.METHOD, wrapper="trainer.fit"),

@@ -113,10 +113,13 @@ class _Trajectory:
         """Set ``values`` (None left out, converted as the bridge converts) on ``span``, default the session's."""
         set_clean_attributes(span or self.session.span, self.bridge.clean_attributes(values))  # None left out
 
-    def text(self, token_ids: Sequence[int]) -> str | None:
-        """``token_ids`` decoded (at most as many as can survive ``max_attribute_length``), or None."""
+    def text(self, token_ids: Sequence[int], *, whole: bool = False) -> str | None:
+        """``token_ids`` decoded (at most as many as can survive ``max_attribute_length``), or None; ``whole``:
+        a whole prompt (decoded once per worker for the rollouts that share it)."""
         # A token is at least one byte and a character at most four: more ids could only be cut away.
-        return self.decode(token_ids[: 4 * self.bridge.config.max_attribute_length]) if self.decode else None
+        return (
+            self.decode(token_ids[: 4 * self.bridge.config.max_attribute_length], whole=whole) if self.decode else None
+        )
 
     def prompt_text(self, turn: int, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> dict[str, Any]:
         """A generate turn's input, stored once: the tokens appended since the previous generate turn decoded
@@ -129,7 +132,7 @@ class _Trajectory:
             return {}
         if previous is not None and len(prompt_ids) >= len(seen) and prompt_ids[: len(seen)] == seen:
             return {p.INPUT_APPENDED: self.text(prompt_ids[len(seen) :]), p.INPUT_AFTER_TURN: previous}
-        return {p.INPUT: self.text(prompt_ids)}
+        return {p.INPUT: self.text(prompt_ids, whole=True)}
 
 
 _trajectory: ContextVar[_Trajectory | None] = ContextVar("verl_otel_bridge_trajectory", default=None)
@@ -341,6 +344,7 @@ def manager_generate_sequences(wrapped: Any, instance: Any, args: Any, kwargs: A
     """
     try:
         if wanted(instance.config.actor_rollout_ref.rollout.trace.get("backend")):
+            destination.warn_if_spread(instance.config)  # once: Ray's nodes writing into node-local directories
             carrier = propagation.inject()
             if carrier:
                 prompts = args[0] if args else kwargs["prompts"]
@@ -395,7 +399,7 @@ def _start(
     session = scope.__enter__()
     try:
         text = bridge.config.record_text or bool(trace_config is not None and trace_config.token2text)
-        trajectory = _Trajectory(bridge, session, agent_name, instance.tokenizer.decode if text else None)
+        trajectory = _Trajectory(bridge, session, agent_name, _prompts(instance).decode if text else None)
         values: dict[str, Any] = {p.VALIDATE: bool(info["validate"]), p.AGENT_NAME: agent_name}
         values[p.GEN_AI_AGENT_NAME] = agent_name
         trajectory.set(values)
@@ -407,6 +411,80 @@ def _start(
     if call is not None:
         call.started(bridge)
     return trajectory, scope, token
+
+
+#: The transformers modules whose ``decode`` / ``_decode`` hand token ids to the ``tokenizers`` backend as they are.
+_LIBRARY_DECODERS = frozenset(
+    {
+        "transformers.tokenization_utils_base",
+        "transformers.tokenization_utils_fast",
+        "transformers.tokenization_utils_tokenizers",
+    }
+)
+
+
+class _Prompts:
+    """One worker's decoding: :func:`decoder` of its tokenizer, and the text of the prompts it decoded last.
+
+    The rollouts of one prompt (GRPO's ``n``) start from the same token ids: their first generate turn
+    decodes it once per worker. Kept on the ``AgentLoopWorker`` (it lives and dies with it).
+    """
+
+    __slots__ = ("_decode", "_texts")
+
+    #: Distinct prompts remembered (a step's prompts for this worker, about 8 KB each).
+    MAX_PROMPTS = 256
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._decode = decoder(tokenizer)
+        self._texts: dict[tuple[int, ...], str] = {}
+
+    def decode(self, token_ids: Sequence[int], *, whole: bool = False) -> str:
+        if not whole:
+            return self._decode(token_ids)
+        key = tuple(token_ids)
+        text = self._texts.pop(key, None)
+        if text is None:
+            text = self._decode(token_ids)
+            if len(self._texts) >= self.MAX_PROMPTS:
+                del self._texts[next(iter(self._texts))]
+        self._texts[key] = text  # the most recent last
+        return text
+
+
+_PROMPTS = "_verl_otel_bridge_prompts"
+
+
+def _prompts(worker: Any) -> _Prompts:
+    prompts = getattr(worker, _PROMPTS, None)
+    if not isinstance(prompts, _Prompts):
+        prompts = _Prompts(worker.tokenizer)
+        setattr(worker, _PROMPTS, prompts)
+    return prompts
+
+
+def decoder(tokenizer: Any) -> Callable[[Sequence[int]], str]:
+    """``tokenizer.decode``, or the same decoding without its per-token Python work.
+
+    A transformers fast tokenizer whose ``decode`` is the library's own and that cleans up no
+    spaces returns exactly what its ``tokenizers`` backend's ``decode`` returns; only the
+    conversion of each id to a Python object is left out (half the cost of decoding).
+    Any other tokenizer, or ids the backend does not take, use ``tokenizer.decode``.
+    """
+    decode: Callable[[Sequence[int]], str] = tokenizer.decode
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    owners = {c.__module__ for c in type(tokenizer).__mro__ if "decode" in vars(c) or "_decode" in vars(c)}
+    if backend is None or getattr(tokenizer, "clean_up_tokenization_spaces", True) or not owners <= _LIBRARY_DECODERS:
+        return decode
+    fast = functools.partial(backend.decode, skip_special_tokens=False)
+
+    def decode_ids(token_ids: Sequence[int]) -> str:
+        try:
+            return str(fast(token_ids))
+        except TypeError:  # not a list of Python ints (a tensor, an array)
+            return decode(token_ids)
+
+    return decode_ids
 
 
 def _stop(scope: AbstractContextManager[Session], token: Token[_Trajectory | None], exc_info: ExcInfo) -> None:
