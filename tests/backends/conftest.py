@@ -219,25 +219,17 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mlflow]:
 
 def send_agent_loop(endpoint: str, experiment: str, headers: str = "") -> tuple[simulated.Sent, dict[str, Any]]:
     """Run the simulated loop through ``exporter: otlp`` to ``endpoint``; what was sent, and ``status()``."""
-    saved = os.environ.get("OTEL_EXPORTER_OTLP_HEADERS")
-    os.environ["OTEL_EXPORTER_OTLP_HEADERS"] = headers
     spill = tempfile.TemporaryDirectory(prefix="verl-otel-bridge-spill-")  # what a refusing backend leaves
-    try:
-        bridge = vob.Bridge(
-            vob.BridgeConfig.resolve(
-                exporter="otlp",
-                otlp_endpoint=endpoint,
-                project=experiment,
-                schedule_delay_ms=50,
-                spill_dir=spill.name,
-                environ={},
-            )
+    bridge = vob.Bridge(
+        vob.BridgeConfig.resolve(
+            exporter="otlp",
+            otlp_endpoint=endpoint,
+            project=experiment,
+            schedule_delay_ms=50,
+            spill_dir=spill.name,
+            environ={"OTEL_EXPORTER_OTLP_HEADERS": headers},
         )
-    finally:
-        if saved is None:
-            del os.environ["OTEL_EXPORTER_OTLP_HEADERS"]
-        else:
-            os.environ["OTEL_EXPORTER_OTLP_HEADERS"] = saved
+    )
     previous = vob.set_bridge(bridge)
     try:
         sent = simulated.run_agent_loop(bridge, experiment)

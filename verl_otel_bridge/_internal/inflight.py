@@ -23,6 +23,7 @@ thread reads them through ``dict.copy()``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import threading
@@ -49,7 +50,7 @@ from verl_otel_bridge._internal.protocol import (
     TURN_SPAN_NAME,
     UNFINISHED,
 )
-from verl_otel_bridge._internal.signals import start_thread
+from verl_otel_bridge._internal.signals import ThreadsRefused, start_thread
 from verl_otel_bridge._internal.status import OpenSessionsStatus
 from verl_otel_bridge._internal.stragglers import StragglerRule
 
@@ -209,7 +210,8 @@ class InflightSessions(SpanProcessor):
         with self._start_lock:
             if self._thread is not None or self._closed:
                 return
-            self._thread = start_thread(self._run, "verl-otel-bridge-progress")
+            with contextlib.suppress(ThreadsRefused):  # the interpreter is exiting: no progress records
+                self._thread = start_thread(self._run, "verl-otel-bridge-progress")
 
     def _run(self) -> None:
         stop = self._stop

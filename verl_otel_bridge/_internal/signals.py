@@ -76,8 +76,15 @@ ASKING_SIGNALS = frozenset(
 )
 
 
+class ThreadsRefused(RuntimeError):
+    """The interpreter is exiting and starts no thread (Python 3.12 refuses them in ``atexit`` hooks)."""
+
+
 def start_thread(target: Callable[..., object], name: str, *args: object) -> threading.Thread:
     """Start a daemon thread running ``target(*args)`` that never takes one of :data:`ASKING_SIGNALS`.
+
+    Raises :class:`ThreadsRefused` when the interpreter is exiting and refuses new
+    threads: the caller then does the work itself or leaves it (see its docstring).
 
     The signals are blocked in the starting thread around ``start()``, so the new
     thread has them blocked from its first instruction (a thread inherits its
@@ -85,14 +92,17 @@ def start_thread(target: Callable[..., object], name: str, *args: object) -> thr
     signal that arrived meanwhile is delivered to it then.
     """
     thread = threading.Thread(target=target, args=args, name=name, daemon=True)
-    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
-        thread.start()
-        return thread
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, ASKING_SIGNALS)
+    masks = hasattr(signal, "pthread_sigmask")  # (not on Windows)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, ASKING_SIGNALS) if masks else None
     try:
         thread.start()
+    except RuntimeError as exc:
+        if threading.main_thread().is_alive():
+            raise
+        raise ThreadsRefused(f"the interpreter is exiting and starts no thread ({exc})") from exc
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if previous is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     return thread
 
 

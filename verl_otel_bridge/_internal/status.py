@@ -85,10 +85,9 @@ class BridgeStatus(TypedDict):
         exporters: every destination by name, the primary first, then the fallback and the copies:
             where each writes (RL-Insight's: its OTLP endpoint once discovered) and its last error.
         pending: spans ended and not exported yet, and where they are going.
-        queued: ``pending["queued"]`` (kept for programs that read it).
-        queued_bytes: ``pending["bytes"]`` (kept for programs that read it).
         spill: the spill files, None without a spill.
         open_sessions: sessions started and not ended.
+        shut_down: whether the bridge has been shut down (its counters are then final).
     """
 
     enabled: bool

@@ -11,7 +11,6 @@ counts each span in exactly one bucket of the equation in
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from verl_otel_bridge._internal.accounting import DISCARDED, FAILED, FALLBACK, S
 from verl_otel_bridge._internal.exporters.destination import Destination, Outcome
 from verl_otel_bridge._internal.pipeline.spill import FROM_DESTINATION, FROM_QUEUE, Spill, SpillSettings
 from verl_otel_bridge._internal.records import redact, redaction_keys
-from verl_otel_bridge._internal.signals import start_thread
+from verl_otel_bridge._internal.signals import ThreadsRefused, start_thread
 from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
@@ -117,7 +116,7 @@ class ExportChain:
             if spill is not None
             else None
         )
-        self._closing = threading.Event()
+        self._given_up = False
 
     @property
     def destinations(self) -> tuple[Named, ...]:
@@ -194,23 +193,12 @@ class ExportChain:
         if self.health is not None:
             self.health.hurrying = hurrying
 
-    def give_up_by(self, deadline: float) -> None:
-        """Shutting down: stop trying a failing primary now, and close it at ``deadline`` (``time.monotonic()``)
-        if it is still failing then, so the batch waiting on it spills before the process exits."""
+    def give_up(self) -> None:
+        """Shutting down, near its deadline, the export thread still busy: close a failing primary, so the
+        batch waiting on it ends refused and spills before the process exits."""
         self.hurry(True)
-        if self.health is None or self.spill is None:
-            return
-        if not self.health.up:
-            self._close_primary_if_failing()
-            return
-        start_thread(self._close_primary_if_still_failing_at, "verl-otel-bridge-give-up", deadline)
-
-    def _close_primary_if_still_failing_at(self, deadline: float) -> None:
-        if not self._closing.wait(seconds_left(deadline)):  # (set when the chain is closed first)
-            self._close_primary_if_failing()
-
-    def _close_primary_if_failing(self) -> None:
-        if self.health is not None and not self.health.up:
+        if self.health is not None and self.spill is not None and not self.health.up and not self._given_up:
+            self._given_up = True
             logger.info("the %s destination does not answer; closing it so that its spans spill", self.primary.name)
             _close(self.primary)
 
@@ -219,31 +207,37 @@ class ExportChain:
         deadline = time.monotonic() + timeout_s
         return all([named.destination.flush(seconds_left(deadline)) for named in self.destinations])
 
-    def flush_by(self, deadline: float) -> bool:
-        """:meth:`flush` on a thread of its own, given up at ``deadline`` (a destination may be stuck)."""
-        return within(deadline, lambda: self.flush(seconds_left(deadline)), "flush")
+    def flush_by(self, deadline: float, *, stuck: bool = False) -> bool:
+        """:meth:`flush` on a thread of its own, given up at ``deadline`` (a destination may be stuck;
+        ``stuck``: one is known to be, see :func:`within`)."""
+        return within(deadline, lambda: self.flush(seconds_left(deadline)), "flush", stuck=stuck)
 
-    def finish_by(self, deadline: float) -> None:
+    def finish_by(self, deadline: float, *, stuck: bool = False) -> None:
         """Flush (what a destination still does in the background, RL-Insight's gauges, gets the time left)
-        and close every destination, on a thread of its own, given up at ``deadline``."""
+        and close every destination, on a thread of its own, given up at ``deadline`` (``stuck``: see
+        :func:`within`)."""
 
         def finish() -> bool:
             self.flush(seconds_left(deadline))
             self.close()
             return True
 
-        within(deadline, finish, "shutdown")
+        within(deadline, finish, "shutdown", stuck=stuck)
 
     def close(self) -> None:
         """Close every destination (the files stay; a send still waiting ends)."""
-        self._closing.set()
         for named in self.destinations:
             _close(named)
 
 
-def within(deadline: float, work: Callable[[], bool], what: str) -> bool:
+def within(deadline: float, work: Callable[[], bool], what: str, *, stuck: bool = False) -> bool:
     """Run ``work`` on a thread of its own until ``deadline`` (``time.monotonic()``); False if it
-    did not return True by then (it is left running: nothing can interrupt a blocked system call)."""
+    did not return True by then (it is left running: nothing can interrupt a blocked system call).
+
+    When the interpreter is exiting and starts no thread, ``work`` runs in the caller,
+    unbounded, unless a destination is known to be ``stuck`` (the export thread did not
+    return by its deadline): then it is skipped, with a WARNING, and the result is False.
+    """
     done: list[bool] = []
 
     def run() -> None:
@@ -254,7 +248,14 @@ def within(deadline: float, work: Callable[[], bool], what: str) -> bool:
             logger.exception("the export chain's %s raised", what)
             done.append(False)
 
-    worker = start_thread(run, f"verl-otel-bridge-{what}")
+    try:
+        worker = start_thread(run, f"verl-otel-bridge-{what}")
+    except ThreadsRefused:
+        if stuck:
+            logger.warning("the export chain's %s was skipped: a destination is stuck, the interpreter exiting", what)
+            return False
+        run()
+        return done == [True]
     worker.join(seconds_left(deadline))
     if worker.is_alive():
         logger.warning(

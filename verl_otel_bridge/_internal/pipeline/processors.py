@@ -219,7 +219,7 @@ class ExportSpanProcessor(SpanProcessor):
             flushed = self.queue.force_flush(timeout_millis / 1000) if self.queue is not None else True
             if self.spill is not None:
                 flushed = self.spill.force_flush(seconds_left(deadline)) and flushed
-            return self.chain.flush_by(deadline) and flushed
+            return self.chain.flush_by(deadline, stuck=not flushed) and flushed
         finally:
             self.chain.hurry(False)
 
@@ -241,7 +241,7 @@ class ExportSpanProcessor(SpanProcessor):
         """Export (or spill) what is queued and close the destinations, all within ``timeout_s``.
 
         A primary that does not answer is given up on: what it still has to take
-        spills (:meth:`ExportChain.give_up_by`), so the spill keeps it for ``replay``.
+        spills (:meth:`ExportChain.give_up`), so the spill keeps it for ``replay``.
         A destination stuck past the deadline (a write blocked in the kernel) is
         abandoned on its own thread, so shutdown and interpreter exit stay bounded.
         Idempotent: ``TracerProvider.shutdown()`` calls it again (with the 30 s
@@ -254,13 +254,16 @@ class ExportSpanProcessor(SpanProcessor):
             self._hand_over(self.sampler.release_all())
         self._shut_down = True
         deadline = time.monotonic() + timeout_s
-        # Leave time to spill what a primary that stopped answering still holds.
-        self.chain.give_up_by(deadline - min(GIVE_UP_MARGIN_S, timeout_s / 4))
+        self.chain.give_up()  # a primary failing now is not waited for
+        stuck = False
         if self.queue is not None:
-            self.counts.add(DROPPED, self.queue.shutdown(seconds_left(deadline)))
+            # Leave time to spill what a primary that stopped answering meanwhile still holds.
+            late = (min(GIVE_UP_MARGIN_S, timeout_s / 4), self.chain.give_up)
+            self.counts.add(DROPPED, self.queue.shutdown(seconds_left(deadline), late=late))
+            stuck = self.queue.running
         if self.spill is not None:
             self.spill.shutdown(seconds_left(deadline))
-        self.chain.finish_by(deadline)
+        self.chain.finish_by(deadline, stuck=stuck)
 
 
 class BridgeSpanProcessors(SpanProcessor):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -228,16 +229,29 @@ class ExportQueue:
                 and reached() >= target
             )
 
-    def shutdown(self, timeout_s: float) -> int:
+    @property
+    def running(self) -> bool:
+        """Whether the worker thread is still running (after :meth:`shutdown`: it did not finish in time)."""
+        return self._worker.is_alive()
+
+    def shutdown(self, timeout_s: float, *, late: tuple[float, Callable[[], object]] | None = None) -> int:
         """Export what is queued, stop the worker; returns spans abandoned on timeout.
 
         Abandoned means still queued, or in the batch the exporter has not returned
         from (should a hung exporter return later, ``on_late_batch`` says so).
+        With ``late=(margin_s, call)``, ``call()`` is made if the worker is still
+        running ``margin_s`` before the end of ``timeout_s`` (in the caller's thread).
         """
+        deadline = time.monotonic() + timeout_s
         with self._cond:
             self._stopping = True
         self._wake.set()
-        self._worker.join(timeout_s)
+        if late is not None:
+            margin_s, call = late
+            self._worker.join(max(0.0, timeout_s - margin_s))
+            if self._worker.is_alive():
+                call()
+        self._worker.join(max(0.0, deadline - time.monotonic()))
         with self._cond:
             # Also spans a lock-free put() appended after the worker's last look.
             self._abandoned_in_flight = self._in_flight if self._worker.is_alive() else 0

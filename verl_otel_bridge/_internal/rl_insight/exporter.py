@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -37,7 +38,7 @@ from verl_otel_bridge._internal.rl_insight.hub import HubTransport
 from verl_otel_bridge._internal.rl_insight.notices import UnusableNotice
 from verl_otel_bridge._internal.rl_insight.otlp import DEFAULT_NAMESPACE, OtlpTransport, otlp_settings
 from verl_otel_bridge._internal.rl_insight.sessions import is_session_span, publish_session_gauges
-from verl_otel_bridge._internal.signals import start_thread
+from verl_otel_bridge._internal.signals import ThreadsRefused, start_thread
 from verl_otel_bridge._internal.status import Where
 
 logger = logging.getLogger(__name__)
@@ -190,7 +191,8 @@ class RLInsightDestination:
         when it builds the exporter, so the first export does not stall while spans
         pile up in the queue. Without it the first export probes.
         """
-        start_thread(self._static_probe, "verl-otel-bridge-probe")
+        with contextlib.suppress(ThreadsRefused):  # the interpreter is exiting: the first export probes
+            start_thread(self._static_probe, "verl-otel-bridge-probe")
 
     def send(self, spans: Sequence[ReadableSpan]) -> Outcome:
         """Send ``spans`` to RL-Insight: over its OTLP endpoint when ready, what that refused through the hub;

@@ -21,7 +21,7 @@ from typing import Generic, TypeVar
 from verl_otel_bridge._internal.accounting import SESSION_GAUGES_DROPPED, SESSION_GAUGES_FAILED, SpanCounts
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import OnceLogger
-from verl_otel_bridge._internal.signals import start_thread
+from verl_otel_bridge._internal.signals import ThreadsRefused, start_thread
 from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,11 @@ class GaugePublisher(Generic[Item]):
         if self._thread is None:
             with self._start_lock:
                 if self._thread is None:
-                    self._thread = start_thread(self._run, "verl-otel-bridge-gauges")
+                    try:
+                        self._thread = start_thread(self._run, "verl-otel-bridge-gauges")
+                    except ThreadsRefused:
+                        self._dropped("the interpreter is exiting")
+                        return
         try:
             self._queue.put_nowait(item)
         except queue.Full:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -19,6 +20,7 @@ from verl_otel_bridge._internal.pipeline.spill.drain import DrainThread, DrainTo
 from verl_otel_bridge._internal.pipeline.spill.segments import SegmentStore
 from verl_otel_bridge._internal.pipeline.spill.settings import FROM_QUEUE, SpillSettings
 from verl_otel_bridge._internal.records import RecordLines, redact
+from verl_otel_bridge._internal.signals import ThreadsRefused
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +61,8 @@ class Spill:
         self._starting = threading.Lock()
 
     def _buffered(self) -> ExportQueue:
-        """The byte-bounded queue the caller appends refused spans to; its thread writes the files."""
+        """The byte-bounded queue the caller appends refused spans to; its thread writes the files
+        (raises :class:`ThreadsRefused` when the interpreter is exiting)."""
         if self._buffer is None:
             with self._starting:
                 if self._buffer is None:
@@ -73,13 +76,15 @@ class Spill:
                     )
         return self._buffer
 
-    def _draining(self) -> DrainThread:
-        """The thread that sends the spilled spans back."""
-        if self._drain is None:
-            with self._starting:
-                if self._drain is None:
-                    self._drain = DrainThread(self._store, self.counts, self._drains, self._may_try, self.settings)
-        return self._drain
+    def _wake_drain(self) -> None:
+        """Start the thread that sends the spilled spans back, or wake it. When the interpreter is
+        exiting it starts none: the spans stay in the files, for ``replay``."""
+        with contextlib.suppress(ThreadsRefused):
+            if self._drain is None:
+                with self._starting:
+                    if self._drain is None:
+                        self._drain = DrainThread(self._store, self.counts, self._drains, self._may_try, self.settings)
+            self._drain.wake()
 
     def offer(self, span: ReadableSpan, size: int, ticket: Ticket | None = None) -> None:
         """Take a span the export queue refused (estimated ``size`` bytes), to be written on the spill
@@ -87,7 +92,14 @@ class Spill:
 
         When the write buffer is full too (the disk is slower than the burst), the span is dropped.
         """
-        if not self._buffered().put(span, size, ticket):
+        try:
+            buffer = self._buffered()
+        except ThreadsRefused:  # the interpreter is exiting: written in the caller
+            if ticket is not None:
+                mark_handed(ticket)
+            self._write_buffered([span])
+            return
+        if not buffer.put(span, size, ticket):
             if ticket is not None:
                 mark_handed(ticket)
             self._drop(1, "the spill's write buffer is full")
@@ -102,7 +114,7 @@ class Spill:
         if fit:
             self.counts.add(SPILLED, fit)
             self.counts.add(SPILL_WRITTEN, fit)
-            self._draining().wake()
+            self._wake_drain()
         if fit < len(lines):
             self._drop(
                 len(lines) - fit,
