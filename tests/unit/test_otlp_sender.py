@@ -348,12 +348,13 @@ def test_proxy_variables_are_honoured_unless_no_proxy_matches(start_receiver: St
 
 def test_exporter_otlp_needs_urllib3_and_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "urllib3", None)
-    with pytest.raises(ValueError, match=r"exporter 'otlp' needs urllib3>=2.*" + re.escape(install_command("otlp"))):
+    hint = re.escape(install_command("otlp"))
+    with pytest.raises(vob.ConfigError, match=r"exporter 'otlp' needs urllib3>=2.*" + hint) as exporter:
         vob.configure(exporter="otlp")
-    with pytest.raises(
-        ValueError, match=r"rl_insight_transport=otlp needs urllib3>=2.*" + re.escape(install_command("otlp"))
-    ):
+    assert exporter.value.key == "exporter"
+    with pytest.raises(vob.ConfigError, match=r"rl_insight_transport=otlp needs urllib3>=2.*" + hint) as transport:
         vob.configure(exporter="rl_insight", rl_insight_transport="otlp")
+    assert transport.value.key == "rl_insight_transport"
     auto = vob.configure(exporter="rl_insight", rl_insight_transport="auto")  # auto: the hub, no error
     assert auto.status()["rl_insight_transport"] == "auto"
 

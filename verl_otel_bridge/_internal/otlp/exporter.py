@@ -197,9 +197,9 @@ def build(config: BridgeConfig, counts: SpanCounts) -> OtlpDestination:
     """The ``otlp`` destination of ``config``: the generic vocabulary, to ``otlp_endpoint``.
 
     Raises:
-        ValueError: a bad ``otlp_*`` setting (``ConfigError``), or urllib3 (the ``otlp`` extra) is missing.
+        ConfigError: a bad ``otlp_*`` setting, or urllib3 (the ``otlp`` extra) is missing.
     """
-    import_urllib3("exporter 'otlp'")
+    import_urllib3("exporter 'otlp'", "exporter")
     sender = OtlpHttpSender.of(config.otlp_endpoint or DEFAULT_ENDPOINT, config)
     return OtlpDestination(sender, describe=translated(config.project))
 
@@ -209,7 +209,7 @@ def check(config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) ->
     from verl_otel_bridge._internal.otlp.check import check_otlp_endpoint
 
     try:
-        import_urllib3("exporter 'otlp'")
+        import_urllib3("exporter 'otlp'", "exporter")
         endpoint = config.otlp_endpoint or DEFAULT_ENDPOINT
         answer = check_otlp_endpoint(endpoint, config, environ or os.environ, timeout_s)
     except ValueError as exc:

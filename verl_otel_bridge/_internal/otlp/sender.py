@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlparse
 
-from verl_otel_bridge._internal.config import BridgeConfig
+from verl_otel_bridge._internal.config import BridgeConfig, ConfigError
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.otlp.deadline import AnswerTooLarge, Deadline, read_bounded, watched
 from verl_otel_bridge._internal.otlp.settings import DEFAULT_TIMEOUT_S, SenderSettings, check_url
@@ -71,19 +71,20 @@ class OtlpSendError(Exception):
         self.delivered = 0
 
 
-def import_urllib3(needed_by: str) -> Any:
+def import_urllib3(needed_by: str, key: str | None = None) -> Any:
     """The ``urllib3`` module (2.x).
 
     Raises:
-        ValueError: it is not installed (or older than 2); the message names ``needed_by`` and the extra.
+        ConfigError: it is not installed (or older than 2); the message names ``needed_by`` (the setting
+            ``key`` asks for it) and the extra.
     """
     message = f"verl_otel_bridge: {needed_by} needs urllib3>=2; install it with: {INSTALL_HINT}"
     try:
         import urllib3
     except ImportError:
-        raise ValueError(message) from None
+        raise ConfigError(message, key) from None
     if not hasattr(urllib3, "BaseHTTPResponse"):  # new in 2.0
-        raise ValueError(message)
+        raise ConfigError(message, key)
     return urllib3
 
 
@@ -129,7 +130,7 @@ class OtlpHttpSender:
         proxies: as :func:`environment_proxies` returns (default: none).
 
     Raises:
-        ValueError: the endpoint is not an http(s) URL with a host, or urllib3 is missing.
+        ValueError: the endpoint is not an http(s) URL with a host; ConfigError: urllib3 is missing.
     """
 
     def __init__(

@@ -17,6 +17,7 @@ exporter uses the hub.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
@@ -128,20 +129,22 @@ class _Backoff:
 def otlp_settings(config: BridgeConfig) -> SenderSettings | None:
     """The sender settings the ``otlp``/``auto`` transport will use, checked now; None for ``hub``.
 
-    Under ``auto`` a missing urllib3 means the hub (logged once); under ``otlp`` it is a mistake.
+    Under ``auto`` a missing urllib3 means the hub (logged once when RL-Insight is installed); under
+    ``otlp`` it is a mistake.
 
     Raises:
-        ValueError: a bad ``otlp_*`` setting, or ``otlp`` without urllib3.
+        ConfigError: a bad ``otlp_*`` setting, or ``otlp`` without urllib3.
     """
     transport = config.rl_insight_transport
     if transport == "hub":
         return None
     try:
-        import_urllib3("rl_insight_transport=otlp")
+        import_urllib3("rl_insight_transport=otlp", "rl_insight_transport")
     except ValueError as exc:
         if transport == "otlp":
             raise
-        logger.info("%s; spans go through RL-Insight's hub", exc)
+        if importlib.util.find_spec("rl_insight") is not None:  # else there is no hub either: nothing to say
+            logger.info("%s; spans go through RL-Insight's hub", exc)
         return None
     return SenderSettings.of(config, default_timeout_s=DEFAULT_TIMEOUT_S)
 
