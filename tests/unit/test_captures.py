@@ -44,8 +44,10 @@ def run(*args: str) -> Any:
     return CliRunner().invoke(build_cli(), list(args))
 
 
-def write_steps(make_bridge: Callable[..., Bridge], root: Path, steps: range, **settings: Any) -> Bridge:
-    bridge = make_bridge(exporter="jsonl", capture_dir=str(root), capture_run="r1", **settings)
+def write_steps(
+    make_bridge: Callable[..., Bridge], root: Path, steps: range, run_name: str = "r1", **settings: Any
+) -> Bridge:
+    bridge = make_bridge(exporter="jsonl", capture_dir=str(root), capture_run=run_name, **settings)
     vob.set_bridge(bridge)
     for step in steps:
         for sample in range(2):
@@ -117,6 +119,26 @@ def test_every_reader_reads_plain_and_gzip_files_run_and_step_folders_and_severa
             files, ExportChain(Named("m", BoundedMemorySpanExporter()), counts), counts, batch_size=5
         )
         assert (summary.read, summary.exported, summary.bad_lines) == (spans, spans, 0)
+
+
+def test_report_and_watch_on_a_folder_of_runs_read_its_newest_run_and_name_the_others(
+    tmp_path: Path, make_bridge: Callable[..., Bridge]
+) -> None:
+    write_steps(make_bridge, tmp_path, range(1, 3), run_name="older")
+    os.utime(tmp_path / "older", (1_000_000_000, 1_000_000_000))  # changed long before the second run
+    write_steps(make_bridge, tmp_path, range(1, 2), run_name="newer")
+    reported = run("report", str(tmp_path))
+    assert reported.exit_code == 0, reported.output
+    assert "step 1: 2 sessions, 2 finished" in reported.stdout  # not the 4 of two runs' step 1 put together
+    assert "4 spans in sessions" in reported.stdout and "step 2" not in reported.stdout
+    said = " ".join(reported.output.split())
+    assert f"skipped {tmp_path / 'older'}: another run: only the newest, newer, is read" in said
+    watched = run("watch", "--once", str(tmp_path))
+    assert watched.exit_code == 0, watched.output
+    title = " ".join(watched.stdout.split())
+    assert f"{tmp_path / 'newer'} (the newest of 2 runs: name a run folder to watch another)" in title
+    assert "2 finished" in title and "4 spans in sessions" in title
+    assert run("report", str(tmp_path / "older")).stdout.count("2 sessions, 2 finished") == 2  # named: read
 
 
 def test_report_step_opens_only_that_steps_folder(tmp_path: Path, make_bridge: Callable[..., Bridge]) -> None:

@@ -34,7 +34,7 @@ def test_doctor_with_only_the_switch_exits_0_and_names_the_default_directory(tmp
     assert verl["tracing"] == "on (VERL_OTEL_TRACE=1)"
     assert (
         verl["destination"]
-        == f"the default directory {spans} (JSON Lines, one file per process): no destination is configured"
+        == f"the default directory {spans} (gzip JSON Lines, a folder per run and step): no destination is configured"
     )
     assert report["route"]["destination"] == "jsonl" and str(spans) in report["route"]["local"]["detail"]
     assert verl["targets"]["not_as_expected"] == []

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import stack
+from harness import worker_spans
 from stack import PythonChild, RlInsightHub
 
 from verl_otel_bridge._internal.verl import targets
@@ -109,10 +110,6 @@ def warnings(result: dict[str, Any]) -> list[str]:
     return [message for level, _, message in result["records"] if level == "WARNING"]
 
 
-def spans_in(directory: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for path in sorted(directory.glob("*.jsonl")) for line in path.read_text().splitlines()]
-
-
 @pytest.fixture
 def selected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """What ``trainer.logger`` naming ``rl_insight`` gives every process (verl's ``main_ppo`` sets it), and a state
@@ -178,7 +175,7 @@ def test_verls_tracking_builds_the_bridges_class_everywhere_verl_names_it(
     assert (status["counters"]["verl.metrics_skipped"], status["counters"]["verl.log_degraded"]) == (2, 1)
     (warning,) = warnings(result)
     assert "RL-Insight is not usable (no_server_url)" in warning and "jsonl" in warning
-    spans = spans_in(tmp_path / "state" / "verl_otel_bridge" / "spans")
+    spans = worker_spans(tmp_path / "state" / "verl_otel_bridge" / "spans")
     assert sorted(s["name"] for s in spans) == ["agent_session", "gateway_generation", "vllm_generate"]
     (state,) = [s for s in spans if s["name"] == "vllm_generate"]
     assert (state["attributes"]["state_lane_id"], state["attributes"]["tag"]) == ("replica_0", run_tag)
@@ -196,7 +193,7 @@ def test_without_rl_insight_installed_verl_runs_and_traces_to_the_local_file(
     assert status["counters"]["verl.metrics_skipped"] == 2
     (warning,) = warnings(result)
     assert "RL-Insight is not usable (not_installed)" in warning
-    spans = spans_in(tmp_path / "state" / "verl_otel_bridge" / "spans")
+    spans = worker_spans(tmp_path / "state" / "verl_otel_bridge" / "spans")
     assert sorted(s["name"] for s in spans) == ["agent_session", "gateway_generation", "vllm_generate"]
 
 
@@ -257,7 +254,7 @@ def test_with_rl_insight_and_its_server_the_spans_and_gauges_arrive(
     loss = [line for line in text.splitlines() if line.startswith(prefix)]
     assert loss and float(loss[0].rsplit(" ", 1)[1]) == 0.25
     assert f"{run_tag}_note" not in text  # not a number: skipped, as verl's class does
-    assert spans_in(tmp_path / "state" / "verl_otel_bridge" / "spans") == []  # nothing fell back
+    assert worker_spans(tmp_path / "state" / "verl_otel_bridge" / "spans") == []  # nothing fell back
 
 
 #: What verl's own unit tests of its class (``tests/utils/test_rl_insight_logger_on_cpu.py`` in verl's repository)

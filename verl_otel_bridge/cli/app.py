@@ -292,10 +292,10 @@ def build_cli() -> click.Group:
         straggler_min_s: float,
     ) -> None:
         """Follow JSON Lines captures while a run writes them (files, *.jsonl or *.jsonl.gz, or folders: a run
-        folder, a step folder, a folder of runs, whose new files are followed too) and show, about once per
-        interval, the newest step: sessions finished and open, rates, durations, reward, zero-advantage groups,
-        hung sessions, the slowest and stragglers, errors by type and tool, the trainer's phases and the previous
-        step in one line.
+        folder, a step folder, a folder of runs (its newest run), whose new files are followed too) and show,
+        about once per interval, the newest step: sessions finished and open, rates, durations, reward,
+        zero-advantage groups, hung sessions, the slowest and stragglers, errors by type and tool, the trainer's
+        phases and the previous step in one line.
 
         Without a terminal it prints one plain line per interval. Ctrl-C or SIGTERM ends it (exit code 0).
         """
@@ -306,7 +306,9 @@ def build_cli() -> click.Group:
 
         follower = Follower(list(captures))
         view = LiveView(rule=StragglerRule(straggler_factor, straggler_min_s), idle_after_s=hung_after, top=top)
-        title = " ".join(str(c) for c in captures)
+        title = " ".join(str(c) for c in follower.paths)
+        if follower.others:
+            title += f" (the newest of {len(follower.others) + 1} runs: name a run folder to watch another)"
         console = out()
         if once:
             loop.catch_up(follower, view)

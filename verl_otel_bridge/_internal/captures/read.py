@@ -49,10 +49,15 @@ class Found:
             self.skipped.append((os.fspath(path), why))
 
 
-def find_captures(paths: Sequence[str | os.PathLike[str]], *, step: int | None = None) -> Found:
+def find_captures(
+    paths: Sequence[str | os.PathLike[str]], *, step: int | None = None, newest_run: bool = False
+) -> Found:
     """The capture files ``paths`` name (see the module docstring).
 
     A file named directly is read whatever its name; a path that does not exist is skipped.
+    With ``newest_run``, a folder that holds several runs gives only the newest run's files
+    (:func:`newest_run_in`); the other runs are skipped and said (steps of different runs are
+    different steps: readers that aggregate by step must not mix them).
     """
     found = Found()
     for given in map(Path, paths):
@@ -61,13 +66,41 @@ def find_captures(paths: Sequence[str | os.PathLike[str]], *, step: int | None =
         except OSError as exc:
             found.skip(given, f"cannot be read ({exc.strerror or exc})")
             continue
-        if stat.S_ISDIR(info.st_mode):
+        runs = newest_run_in(given) if newest_run and stat.S_ISDIR(info.st_mode) else None
+        if runs is not None:
+            newest, others = runs
+            for other in others:
+                found.skip(other, f"another run: only the newest, {newest.name}, is read (name a run folder)")
+            _walk(newest, 1, step, found)
+        elif stat.S_ISDIR(info.st_mode):
             _walk(given, 0, step, found)
         elif stat.S_ISREG(info.st_mode):
             found.files.append(given)
         else:
             found.skip(given, "not a regular file")
     return found
+
+
+def newest_run_in(folder: Path) -> tuple[Path, list[Path]] | None:
+    """``(the newest run, the other runs)`` when ``folder`` holds two runs or more, else None.
+
+    A run is a folder holding step folders (``global_steps=<n>``); the newest is the one
+    changed last (a new step's folder changes it), ties broken by name.
+    """
+    runs: list[tuple[float, str, Path]] = []
+    try:
+        with os.scandir(folder) as entries:
+            children = [entry for entry in entries if entry.is_dir(follow_symlinks=False)]
+        for child in children:
+            with os.scandir(child.path) as inside:
+                if any(step_of_dir(entry.name) is not False for entry in inside):
+                    runs.append((child.stat(follow_symlinks=False).st_mtime, child.name, Path(child.path)))
+    except OSError:
+        return None  # unreadable: the walk says so
+    if len(runs) < 2:
+        return None
+    runs.sort()
+    return runs[-1][2], [path for _, _, path in runs[:-1]]
 
 
 def _walk(folder: Path, depth: int, step: int | None, found: Found) -> None:

@@ -545,7 +545,7 @@ def build_report(
     straggler_min_s: float = DEFAULT_STRAGGLER_MIN_S,
 ) -> Report:
     """Read every capture ``paths`` name (files, run or step folders: :func:`find_captures`; streamed, line by
-    line) and answer per step.
+    line) and answer per step. A folder of several runs gives its newest run (the others are listed as skipped).
 
     ``step`` keeps one ``global_steps`` value only (and of a run folder opens only that
     step's folder); ``top`` is how many slowest sessions each step lists; ``max_listed``
@@ -557,7 +557,9 @@ def build_report(
     builder = ReportBuilder(
         step=step, top=top, max_listed=max_listed, rule=StragglerRule(straggler_factor, straggler_min_s)
     )
-    found = find_captures(paths, step=step if isinstance(step, int) and not isinstance(step, bool) else None)
+    found = find_captures(
+        paths, step=step if isinstance(step, int) and not isinstance(step, bool) else None, newest_run=True
+    )
     reading = CaptureRecords(found.files)
     for record in reading:
         builder.add(record)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from verl_otel_bridge._internal.captures.layout import compressed
 from verl_otel_bridge._internal.captures.lines import Line, LineReader, Position
-from verl_otel_bridge._internal.captures.read import find_captures
+from verl_otel_bridge._internal.captures.read import find_captures, newest_run_in
 
 #: Bytes read from one file per poll at most (the rest waits for the next poll).
 READ_LIMIT = 4 << 20
@@ -70,10 +70,21 @@ class Lines:
 
 
 class Follower:
-    """Every capture file under ``paths``, followed; :meth:`poll` gives what was appended since the last poll."""
+    """Every capture file under ``paths``, followed; :meth:`poll` gives what was appended since the last poll.
+
+    A folder that holds several runs is followed as its newest run when the follower is made
+    (:func:`~verl_otel_bridge._internal.captures.read.newest_run_in`; ``others`` lists the runs
+    left out): a step of one run is not a step of another, and a run started later is not
+    switched to in the middle of a view.
+    """
 
     def __init__(self, paths: Sequence[Path]) -> None:
-        self.paths = list(paths)
+        self.paths: list[Path] = []
+        self.others: list[Path] = []
+        for path in paths:
+            runs = newest_run_in(path) if path.is_dir() else None
+            self.paths.append(runs[0] if runs is not None else path)
+            self.others += runs[1] if runs is not None else []
         self.tails: dict[Path, Tail] = {}
 
     def poll(self, limit: int = READ_LIMIT) -> Iterator[Lines]:
