@@ -41,7 +41,8 @@ from verl_otel_bridge.report import build_report
 
 
 def run(*args: str) -> Any:
-    return CliRunner().invoke(build_cli(), list(args))
+    """The command line's result, printed 1,000 columns wide (a temporary path is not wrapped at its spaces)."""
+    return CliRunner().invoke(build_cli(), list(args), env={"COLUMNS": "1000"})
 
 
 def write_steps(
@@ -148,6 +149,10 @@ def test_report_step_opens_only_that_steps_folder(tmp_path: Path, make_bridge: C
     assert built.files and all(Path(f).parent.name == "global_steps=3" for f in built.files)
     assert [s.step for s in built.steps] == [3] and built.steps[0].sessions == 2
     assert all(Path(f).parent.name == "global_steps=3" for f in find_captures([run_dir], step=3).files)
+    for command in (["report"], ["show"], ["replay", "--to", "console"]):
+        missing = run(*command, str(run_dir), "--step", "9")
+        assert missing.exit_code == 1, (command, missing.output)
+        assert f"no step 9 in {run_dir}; the step folders there: 1, 2, 3, 4, 5" in missing.output, command
 
 
 def test_a_file_cut_mid_member_by_a_crash_is_read_to_its_last_whole_member(tmp_path: Path) -> None:

@@ -141,7 +141,15 @@ def build_cli() -> click.Group:
 
         demo_main(output)
 
-    def no_spans(paths: Sequence[Path], skipped: Sequence[tuple[str, str]]) -> click.ClickException:
+    def no_spans(
+        paths: Sequence[Path], skipped: Sequence[tuple[str, str]], step: int | None = None
+    ) -> click.ClickException:
+        if step is not None:
+            present = _step_folders(paths)
+            if present:
+                return click.ClickException(
+                    f"no step {step} in {', '.join(map(str, paths))}; the step folders there: {', '.join(present)}"
+                )
         why = "; ".join(f"{path}: {reason}" for path, reason in skipped[:5]) or "no capture file in them"
         return click.ClickException(
             f"no span record in {', '.join(map(str, paths))} (a capture is what exporter jsonl writes: a run "
@@ -194,7 +202,7 @@ def build_cli() -> click.Group:
             kept_bytes += reading.last_size
         skipped = [*found.skipped, *reading.empty]
         if not records:
-            raise no_spans(captures, skipped)
+            raise no_spans(captures, skipped, step)
         console = err()
         _report_bad(console, reading.bad_examples, reading.bad_lines)
         _report_skipped(console, skipped, found.skipped_count + len(reading.empty))
@@ -244,7 +252,7 @@ def build_cli() -> click.Group:
             captures, step=step, top=top, straggler_factor=straggler_factor, straggler_min_s=straggler_min_s
         )
         if not built.records:
-            raise no_spans(captures, built.skipped)
+            raise no_spans(captures, built.skipped, step)
         if step is not None and not built.steps:
             present = ", ".join(str(s) if s != "" else "(no global_steps)" for s in built.steps_present) or "none"
             raise click.ClickException(f"no step {step} in these captures; the steps present: {present}")
@@ -366,7 +374,7 @@ def build_cli() -> click.Group:
             ctx.exit(2)
         found = find_captures(captures, step=step)
         if not found.files:
-            raise no_spans(captures, found.skipped)
+            raise no_spans(captures, found.skipped, step)
         counts = SpanCounts()
         try:
             # The console destination writes to the stdout it is built with: one that ends the replay
@@ -497,6 +505,17 @@ def _report_skipped(console: Any, skipped: Sequence[tuple[str, str]], count: int
         console.print(Text(printable(f"skipped {path}: {why}")))
     if count > min(shown, len(skipped)):
         console.print(Text(f"... and {count - min(shown, len(skipped))} more skipped"))
+
+
+def _step_folders(paths: Sequence[Path]) -> list[str]:
+    """The step folders' steps (``global_steps=<n>``) under ``paths``, in step order; ``(no global_steps)``
+    for the folder of spans without one."""
+    from verl_otel_bridge._internal.captures.layout import step_of_dir
+    from verl_otel_bridge._internal.captures.read import find_captures
+
+    steps = {step_of_dir(file.parent.name) for file in find_captures(paths).files}
+    numbered = sorted(step for step in steps if isinstance(step, int) and not isinstance(step, bool))
+    return [str(step) for step in numbered] + (["(no global_steps)"] if None in steps else [])
 
 
 def _unwritable(path: Path) -> str | None:
