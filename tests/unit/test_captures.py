@@ -389,3 +389,15 @@ def test_doctor_says_where_the_run_folder_is_its_budget_and_what_the_directory_h
     assert "a quarter of the free space" in report["route"]["local"]["detail"]
     (run,) = report["captures"]["runs"]
     assert (run["run"], run["steps"], run["newest_step"], run["files"]) == ("r1", 3, 3, 3) and run["bytes"] > 0
+
+
+def test_sessions_without_a_step_are_shown_as_such(tmp_path: Path, make_bridge: Callable[..., Bridge]) -> None:
+    path = tmp_path / "spans.jsonl"
+    bridge = make_bridge(exporter="jsonl", jsonl_path=str(path))
+    vob.set_bridge(bridge)
+    with vob.session(sample=0, session=0, uid="u0"):
+        pass
+    assert bridge.force_flush(10)
+    reported = run("report", str(path))
+    assert reported.exit_code == 0, reported.output
+    assert "step (no global_steps): 1 sessions, 1 finished" in reported.stdout

@@ -31,6 +31,7 @@ from verl_otel_bridge._internal.report.rows import (
     straggler_text,
     zero_advantage_text,
 )
+from verl_otel_bridge._internal.report.values import step_label
 from verl_otel_bridge._internal.stragglers import StragglerRule
 from verl_otel_bridge._version import __version__
 
@@ -82,7 +83,7 @@ _LEFT = ("step", "slowest session", "uid", "last span", "first error", "server",
 def render_html(report: Report) -> str:
     """The whole report as one HTML document (no external resources)."""
     e = html.escape
-    options = "".join(f'<option value="{e(str(s.step))}">step {e(str(s.step))}</option>' for s in report.steps)
+    options = "".join(f'<option value="{e(str(s.step))}">step {e(step_label(s.step))}</option>' for s in report.steps)
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -122,7 +123,7 @@ def _step(step: StepReport) -> str:
     e = html.escape
     out = [
         f'<section data-step="{e(str(step.step))}" id="step-{e(str(step.step))}">',
-        f"<h2>Step {e(str(step.step))}</h2>",
+        f"<h2>Step {e(step_label(step.step))}</h2>",
         f"<p>{step.sessions} sessions, {step.finished} finished; duration p50 {seconds(step.p50_s)}, "
         f"p90 {seconds(step.p90_s)}, max {seconds(step.max_s)}; {step.error_spans} error spans.</p>",
     ]

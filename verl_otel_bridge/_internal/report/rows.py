@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from verl_otel_bridge._internal.report.aggregate import Report, SessionSummary, StepReport, ZeroAdvantageGroup
+from verl_otel_bridge._internal.report.values import step_label
 from verl_otel_bridge._internal.stragglers import StragglerRule
 
 
@@ -40,7 +41,7 @@ def step_rows(report: Report) -> list[dict[str, str]]:
     """The step table, one dict of display strings per step (shared by the text and HTML views)."""
     return [
         {
-            "step": str(s.step),
+            "step": step_label(s.step),
             "sessions": str(s.sessions),
             "done": str(s.finished),
             "unfin.": str(s.unfinished_count),
@@ -63,7 +64,7 @@ def step_rows(report: Report) -> list[dict[str, str]]:
 def step_headline(step: StepReport) -> str:
     """A step's sessions and durations in one line (the text report's heading, ``watch``'s summary)."""
     return (
-        f"step {step.step}: {step.sessions} sessions, {step.finished} finished; duration p50 "
+        f"step {step_label(step.step)}: {step.sessions} sessions, {step.finished} finished; duration p50 "
         f"{seconds(step.p50_s)}, p90 {seconds(step.p90_s)}, max {seconds(step.max_s)}"
     )
 

@@ -24,6 +24,7 @@ from verl_otel_bridge._internal.report.rows import (
     straggler_text,
     zero_advantage_text,
 )
+from verl_otel_bridge._internal.report.values import step_label
 from verl_otel_bridge._internal.tree import printable
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def _step(step: StepReport) -> list[RenderableType]:
     if step.trainer is not None:
         parts.extend(phase_parts(step.trainer))
     if step.slowest:
-        parts.append(sessions_table(f"slowest sessions of step {step.step}", step.slowest, SLOWEST_COLUMNS))
+        parts.append(sessions_table(f"slowest sessions of step {step_label(step.step)}", step.slowest, SLOWEST_COLUMNS))
     for s in step.stragglers:
         parts.append(safe_text(f"straggler: {straggler_text(step, s)}", style="yellow"))
     if step.unfinished:

@@ -36,6 +36,11 @@ def step_key(value: Any) -> Any:
     return display(value)
 
 
+def step_label(step: Any) -> str:
+    """How a step is shown: its value, ``(no global_steps)`` for the sessions that have none."""
+    return "(no global_steps)" if step == "" else str(step)
+
+
 def span_id(value: Any) -> str | None:
     """A span id (or parent id) from a record: a string, else None."""
     return value if isinstance(value, str) else None
