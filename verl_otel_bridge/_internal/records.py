@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import functools
 import json
+import json.scanner
 import logging
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import attrgetter
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
@@ -350,14 +351,26 @@ def _attributes(value: Any, what: str) -> BoundedAttributes | None:
     return BoundedAttributes(maxlen=None, attributes=plain, immutable=True, max_value_len=None)
 
 
+#: ``json.loads`` without its per-call checks (readers parse every line of a capture).
+_DECODER = json.JSONDecoder()
+#: The scanner ``decode()`` calls (typeshed types its argument as a scanner; it is the decoder).
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(cast(Any, _DECODER))
+
+
 def parse_json(text: str | bytes) -> Any:
     """``json.loads(text)``, with any text that is not JSON (nested too deeply for the parser too) a ``ValueError``.
 
     Raises:
         ValueError: ``text`` is not JSON (``UnicodeDecodeError`` for bytes that are not UTF-8).
     """
+    if not isinstance(text, str):
+        text = text.decode("utf-8")
     try:
-        return json.loads(text)
+        try:
+            value, end = _SCAN(text, 0)  # what decode() does, without its two regular expressions
+        except StopIteration:
+            end = -1
+        return value if end == len(text) else _DECODER.decode(text)  # whitespace around it, an error: said
     except RecursionError:
         raise ValueError("nested too deeply to read") from None
 
@@ -375,7 +388,7 @@ def iter_lines(stream: IO[bytes]) -> Iterator[tuple[int, int, dict[str, Any] | N
 def parse_record(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
     """One line of JSON Lines as a span record, or None and why it is not one."""
     try:
-        record = parse_json(line.strip().decode("utf-8"))
+        record = parse_json(line.decode("utf-8"))  # (the parser skips the whitespace around a value)
     except ValueError as exc:
         return None, f"not JSON ({exc})"
     problem = _record_problem(record)

@@ -34,6 +34,8 @@ def display(value: Any) -> str:
     if isinstance(value, str):
         return value
     try:
+        if type(value) is int:  # what json.dumps gives, without its cost (a turn number on every turn span)
+            return str(value)  # (a ValueError past sys.get_int_max_str_digits(), as json.dumps raises)
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):
         return f"<{type(value).__name__}>"

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 #: A longer line is skipped, not held: above any record the bridge writes (attributes are cut at
 #: ``max_attribute_length`` characters, 32,768 by default).
@@ -35,9 +34,8 @@ CHUNK_BYTES = 1024 * 1024
 _GZIP = 16 + zlib.MAX_WBITS
 
 
-@dataclass(frozen=True)
-class Position:
-    """Where to resume reading a capture file.
+class Position(NamedTuple):
+    """Where to resume reading a capture file (a named tuple: one is made per line read).
 
     Attributes:
         offset: the byte offset reading starts at: a line's start (plain), a gzip member's start.
@@ -50,8 +48,11 @@ class Position:
     line: int = 0
 
 
-@dataclass(frozen=True)
-class Line:
+#: A file's start.
+START = Position()
+
+
+class Line(NamedTuple):
     """One line: its 1-based ``number`` in the file, ``data`` without the newline (None when it was longer
     than :data:`MAX_LINE_BYTES` and skipped) and its ``size`` in bytes, newline included (uncompressed)."""
 
@@ -74,20 +75,25 @@ class LineReader:
         stream: BinaryIO,
         *,
         compressed: bool,
-        position: Position = Position(),
+        position: Position = START,
         final: bool = True,
         max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         self._stream = stream
         self._compressed = compressed
-        self.position = position
+        self._offset, self._skip, self._line = position  # (three ints, not a Position per line read)
         self._final = final
         self._max = max_line_bytes
         self.problem: str | None = None
         self.read_bytes = 0
 
+    @property
+    def position(self) -> Position:
+        """Where to resume after the lines read so far."""
+        return Position(self._offset, self._skip, self._line)
+
     def __iter__(self) -> Iterator[Line]:
-        self._stream.seek(self.position.offset)
+        self._stream.seek(self._offset)
         return self._gzip() if self._compressed else self._plain()
 
     def _read(self) -> bytes:
@@ -97,20 +103,20 @@ class LineReader:
 
     def _plain(self) -> Iterator[Line]:
         splitter = _Splitter(self._max)
-        offset, number = self.position.offset, self.position.line
+        offset, number = self._offset, self._line
         while chunk := self._read():
             for data, size in splitter.feed(chunk):
                 offset, number = offset + size, number + 1
-                self.position = Position(offset, 0, number)
+                self._offset, self._line = offset, number
                 yield Line(number, data, size)
         if splitter.pending and self._final:
             data, size = splitter.rest()
-            self.position = Position(offset + size, 0, number + 1)
+            self._offset, self._line = offset + size, number + 1
             yield Line(number + 1, data, size)
 
     def _gzip(self) -> Iterator[Line]:
         splitter = _Splitter(self._max)
-        start, skip, number = self.position.offset, self.position.skip, self.position.line
+        start, skip, number = self._offset, self._skip, self._line
         ended = 0  # lines ended in the member at ``start``
         inflate = zlib.decompressobj(_GZIP)
         fed = 0  # input bytes given to ``inflate`` (its unconsumed tail included)
@@ -127,12 +133,12 @@ class LineReader:
                 if ended <= skip:
                     continue
                 number += 1
-                self.position = Position(start, ended, number)
+                self._offset, self._skip, self._line = start, ended, number
                 yield Line(number, line, size)
             if inflate.eof:
                 rest = inflate.unused_data
                 start += fed - len(rest)
-                self.position = Position(start, 0, number)
+                self._offset, self._skip, self._line = start, 0, number
                 skip = ended = fed = 0
                 if rest and not rest.startswith(b"\x1f\x8b"):
                     self.problem = f"{len(rest)} bytes after the last gzip member at byte {start} are not gzip"
@@ -164,13 +170,17 @@ class _Splitter:
 
     def feed(self, chunk: bytes) -> Iterator[tuple[bytes | None, int]]:
         start = 0
+        find, limit = chunk.find, self._max
         while True:
-            end = chunk.find(b"\n", start)
+            end = find(b"\n", start)
             if end < 0:
                 self._hold(chunk, start, len(chunk))
                 return
-            self._hold(chunk, start, end)
-            yield self._take(1)
+            if not self._held and not self._skipped and end - start <= limit:
+                yield chunk[start:end], end - start + 1  # a whole line in this chunk: one copy
+            else:
+                self._hold(chunk, start, end)
+                yield self._take(1)
             start = end + 1
 
     def rest(self) -> tuple[bytes | None, int]:

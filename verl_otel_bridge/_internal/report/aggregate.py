@@ -399,7 +399,7 @@ class ReportBuilder:
         step = attributes.get(GLOBAL_STEPS, "")
         if type(step) is not int:  # the usual value needs no conversion
             step = step_key(step)
-        if self._floor is not None and step_order(step) < self._floor:
+        if self._floor is not None and step not in self.steps and step_order(step) < self._floor:  # (kept: not)
             self.forgotten_spans += 1
             return
         self.steps_seen.add(step)
