@@ -262,6 +262,7 @@ class ExportSpanProcessor(SpanProcessor):
             self.counts.add(DROPPED, self.queue.shutdown(seconds_left(deadline), late=late))
             stuck = self.queue.running
         if self.spill is not None:
+            self.chain.give_up()  # a primary failing by now: the drain's probe of it is not waited for
             self.spill.shutdown(seconds_left(deadline))
         self.chain.finish_by(deadline, stuck=stuck)
 
