@@ -275,7 +275,8 @@ def _optional_wait_s(value: float | None) -> str | None:
     return None if value is None else _wait_s(value)
 
 
-def _http_url(value: str | None) -> str | None:
+def http_url_problem(value: str | None) -> str | None:
+    """Why ``value`` is not an ``http(s)`` URL with a host (None: it is, or it is unset); never quotes it."""
     if value is None:
         return None
     parsed = urlparse(value)
@@ -413,7 +414,7 @@ class BridgeConfig:
         OPTIONAL_STR,
         "Traces URL of the otlp exporter (unset: http://localhost:4318/v1/traces).",
         env=("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", Alias("OTEL_EXPORTER_OTLP_ENDPOINT", extract=_traces_url)),
-        check=_http_url,
+        check=http_url_problem,
     )
     otlp_headers: Mapping[str, str] | None = _setting(
         None,

@@ -23,8 +23,8 @@ exit, in multiprocessing's exit hook: a pool's ``terminate()`` signals workers t
 are flushing) is handed to the flush thread too: it waits for that shutdown (bounded
 by ``shutdown_timeout_s``), then the process dies of SIGTERM, its spans written.
 
-Every thread the bridge starts (:func:`start_thread`) blocks the signals a process is
-sent to ask something of it (SIGTERM, SIGINT, ...), so the kernel delivers them to a
+Every thread the bridge starts (:func:`start_thread`) runs :func:`untraced` (see there), and
+blocks the signals a process is sent to ask something of it (SIGTERM, SIGINT, ...), so the kernel delivers them to a
 thread of the application's, usually the main thread. Python runs a handler only in
 the main thread: a signal delivered to another thread merely marks it pending, and a
 main thread blocked in a wait that only a signal would end (a pool worker waiting for
@@ -49,8 +49,11 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from types import FrameType
+
+from opentelemetry import context
 
 from verl_otel_bridge._internal.forks import reinit_after_fork
 
@@ -76,12 +79,43 @@ ASKING_SIGNALS = frozenset(
 )
 
 
+# As opentelemetry-instrumentation's public ``suppress_instrumentation()`` (not a
+# runtime dependency): the API's key, which the SDK's processors set and current
+# instrumentations check, and the plain string older instrumentations check.
+_SUPPRESS_KEYS = (context._SUPPRESS_INSTRUMENTATION_KEY, "suppress_instrumentation")
+
+
+@contextmanager
+def untraced() -> Iterator[None]:
+    """Instrumented libraries (urllib3, requests, grpc, ...) make no spans in the block.
+
+    OpenTelemetry's span processors set the suppress-instrumentation key around every
+    export. Without it, with ``instrument(provider)`` and an instrumented HTTP library on
+    the same provider, each batch the bridge posts would make spans that are exported in
+    the next batch, and so on. Every thread :func:`start_thread` starts runs in it whole.
+    """
+    current = context.get_current()
+    for key in _SUPPRESS_KEYS:
+        current = context.set_value(key, True, current)
+    token = context.attach(current)
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
+def _run_untraced(target: Callable[..., object], *args: object) -> None:
+    with untraced():
+        target(*args)
+
+
 class ThreadsRefused(RuntimeError):
     """The interpreter is exiting and starts no thread (Python 3.12 refuses them in ``atexit`` hooks)."""
 
 
 def start_thread(target: Callable[..., object], name: str, *args: object) -> threading.Thread:
-    """Start a daemon thread running ``target(*args)`` that never takes one of :data:`ASKING_SIGNALS`.
+    """Start a daemon thread running ``target(*args)`` :func:`untraced`, that never takes one of
+    :data:`ASKING_SIGNALS`.
 
     Raises :class:`ThreadsRefused` when the interpreter is exiting and refuses new
     threads: the caller then does the work itself or leaves it (see its docstring).
@@ -91,7 +125,7 @@ def start_thread(target: Callable[..., object], name: str, *args: object) -> thr
     creator's signal mask); the starting thread's mask is then restored, and a
     signal that arrived meanwhile is delivered to it then.
     """
-    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    thread = threading.Thread(target=_run_untraced, args=(target, *args), name=name, daemon=True)
     masks = hasattr(signal, "pthread_sigmask")  # (not on Windows)
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, ASKING_SIGNALS) if masks else None
     try:

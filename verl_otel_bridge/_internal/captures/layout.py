@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-from pathlib import Path
 
 #: The partition key of a step folder, the identity key ``global_steps``.
 STEP_KEY = "global_steps"
@@ -58,11 +57,6 @@ def step_of_dir(name: str) -> int | bool | None:
     return None if value == NO_STEP else int(value)
 
 
-def is_step_dir(name: str) -> bool:
-    """Whether ``name`` is a step folder's name."""
-    return _STEP_DIR.fullmatch(name) is not None
-
-
 def host_name() -> str:
     """This machine's name as a file name part."""
     return safe_name(socket.gethostname(), "host", 64)
@@ -82,8 +76,3 @@ def is_capture_file(name: str) -> bool:
 def compressed(path: str | os.PathLike[str]) -> bool:
     """Whether the capture file ``path`` is gzip-compressed (by its name)."""
     return os.fspath(path).endswith(".gz")
-
-
-def step_dir(run_dir: Path, step: object) -> Path:
-    """The folder of ``step`` in ``run_dir``."""
-    return run_dir / step_dir_name(step)

@@ -33,10 +33,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlparse
 
-from verl_otel_bridge._internal.config import BridgeConfig, ConfigError
+from verl_otel_bridge._internal.config import BridgeConfig, ConfigError, http_url_problem
+from verl_otel_bridge._internal.exporter_names import NAMES
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.otlp.deadline import AnswerTooLarge, Deadline, read_bounded, watched
-from verl_otel_bridge._internal.otlp.settings import DEFAULT_TIMEOUT_S, SenderSettings, check_url
+from verl_otel_bridge._internal.otlp.settings import DEFAULT_TIMEOUT_S, SenderSettings
 from verl_otel_bridge._internal.secrets import Scrubber, mask_url
 from verl_otel_bridge._version import __version__, install_command
 
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     import urllib3
 
 #: What to install when urllib3 is missing.
-INSTALL_HINT = install_command("otlp")
+INSTALL_HINT = install_command(NAMES["otlp"].needs or "otlp")
 #: Answers that mean "later": retried.
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 #: Attempts per request at most (OpenTelemetry's exporter makes six too).
@@ -141,7 +142,9 @@ class OtlpHttpSender:
         proxies: Mapping[str, str] | None = None,
     ) -> None:
         urllib3 = import_urllib3("the OTLP sender")
-        check_url(endpoint, "OTLP endpoint")
+        problem = http_url_problem(endpoint)
+        if problem is not None:
+            raise ValueError(f"verl_otel_bridge: the OTLP endpoint {mask_url(endpoint)!r} {problem}")
         self.settings = settings if settings is not None else SenderSettings()
         self._url, authorization = credentials_from_url(endpoint)
         #: The endpoint as shown in logs and errors (no password, no query).

@@ -15,10 +15,8 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from urllib.parse import urlparse
 
 from verl_otel_bridge._internal.config import BridgeConfig, ConfigError
-from verl_otel_bridge._internal.secrets import mask_url
 
 #: What the ``otlp`` exporter sends to with no endpoint configured (OpenTelemetry's default).
 DEFAULT_ENDPOINT = "http://localhost:4318/v1/traces"
@@ -29,21 +27,6 @@ CREDENTIAL_PROVIDER_VARIABLES = (
     "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
     "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
 )
-
-
-def check_url(url: str, where: str) -> str:
-    """``url`` if it is an ``http(s)`` URL with a host.
-
-    Raises:
-        ValueError: naming ``where`` (the variable or key it came from).
-    """
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise ValueError(
-            f"verl_otel_bridge: {where}={mask_url(url)!r} is not an http(s) URL with a host; "
-            "write it as http://HOST:4318/v1/traces (or https://...)"
-        )
-    return url
 
 
 @dataclass(frozen=True)

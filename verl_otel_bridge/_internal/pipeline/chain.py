@@ -21,8 +21,7 @@ from verl_otel_bridge._internal.accounting import DISCARDED, FAILED, FALLBACK, S
 from verl_otel_bridge._internal.exporters.destination import Destination, Outcome
 from verl_otel_bridge._internal.pipeline.spill import FROM_DESTINATION, FROM_QUEUE, Spill, SpillSettings
 from verl_otel_bridge._internal.records import redact, redaction_keys
-from verl_otel_bridge._internal.signals import ThreadsRefused, start_thread
-from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
+from verl_otel_bridge._internal.signals import ThreadsRefused, start_thread, untraced
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +240,6 @@ def within(deadline: float, work: Callable[[], bool], what: str, *, stuck: bool 
     done: list[bool] = []
 
     def run() -> None:
-        suppress_instrumentation_in_this_thread()  # a destination's flush may send, untraced like its batches
         try:
             done.append(bool(work()))
         except Exception:
@@ -254,7 +252,8 @@ def within(deadline: float, work: Callable[[], bool], what: str, *, stuck: bool 
         if stuck:
             logger.warning("the export chain's %s was skipped: a destination is stuck, the interpreter exiting", what)
             return False
-        run()
+        with untraced():
+            run()
         return done == [True]
     worker.join(seconds_left(deadline))
     if worker.is_alive():

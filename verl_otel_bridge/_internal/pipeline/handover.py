@@ -23,7 +23,6 @@ the rescue.
 from __future__ import annotations
 
 import collections
-import queue
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from itertools import islice
@@ -101,43 +100,3 @@ class Interrupted:
         except IndexError:
             return False
         return True
-
-
-class Wakeup:
-    """``threading.Event``'s ``set``, ``is_set``, ``wait`` and ``clear``, for one waiting thread, where ``set``
-    is one call into C (``SimpleQueue.put``).
-
-    ``Event.set`` enters a ``Condition`` in Python: an exception raised into it right after
-    the lock's acquire, before the ``with`` block holds it, leaves the lock held for good,
-    and the thread waiting on the event hangs at its next wait.
-    """
-
-    def __init__(self) -> None:
-        self._tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._set = False
-
-    def set(self) -> None:
-        """Wake the waiting thread (also if it is not waiting yet: its next wait returns at once)."""
-        self._tokens.put(None)  # first: interrupted before the flag, a later set() only adds a token
-        self._set = True
-
-    def is_set(self) -> bool:
-        """Whether :meth:`set` was called since the last :meth:`clear`."""
-        return self._set
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until set, at most ``timeout`` seconds (None: no bound); whether it was set."""
-        try:
-            self._tokens.get(timeout=timeout)
-        except queue.Empty:
-            return self._set
-        return True
-
-    def clear(self) -> None:
-        """Forget every :meth:`set` so far."""
-        self._set = False
-        try:
-            while True:
-                self._tokens.get_nowait()
-        except queue.Empty:
-            pass

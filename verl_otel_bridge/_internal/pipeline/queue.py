@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -30,9 +31,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from verl_otel_bridge._internal.accounting import HotCounter
 from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events
 from verl_otel_bridge._internal.forks import reinit_after_fork
-from verl_otel_bridge._internal.pipeline.handover import HANDED, Ticket, Wakeup, append_on, remove_on
+from verl_otel_bridge._internal.pipeline.handover import HANDED, Ticket, append_on, remove_on
 from verl_otel_bridge._internal.signals import start_thread
-from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +124,46 @@ class ByteBudget:
 ExportBatch = Callable[[list[ReadableSpan]], object]
 
 
+class Wakeup:
+    """``threading.Event``'s ``set``, ``is_set``, ``wait`` and ``clear``, for one waiting thread, where ``set``
+    is one call into C (``SimpleQueue.put``).
+
+    ``Event.set`` enters a ``Condition`` in Python: an exception raised into it right after
+    the lock's acquire, before the ``with`` block holds it, leaves the lock held for good,
+    and the thread waiting on the event hangs at its next wait.
+    """
+
+    def __init__(self) -> None:
+        self._tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._set = False
+
+    def set(self) -> None:
+        """Wake the waiting thread (also if it is not waiting yet: its next wait returns at once)."""
+        self._tokens.put(None)  # first: interrupted before the flag, a later set() only adds a token
+        self._set = True
+
+    def is_set(self) -> bool:
+        """Whether :meth:`set` was called since the last :meth:`clear`."""
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until set, at most ``timeout`` seconds (None: no bound); whether it was set."""
+        try:
+            self._tokens.get(timeout=timeout)
+        except queue.Empty:
+            return self._set
+        return True
+
+    def clear(self) -> None:
+        """Forget every :meth:`set` so far."""
+        self._set = False
+        try:
+            while True:
+                self._tokens.get_nowait()
+        except queue.Empty:
+            pass
+
+
 class ExportQueue:
     """Batches spans to ``export`` (called on a daemon worker thread, must not raise).
 
@@ -171,7 +211,7 @@ class ExportQueue:
         self._in_flight = 0
         self._abandoned_in_flight = 0
         self._stopping = False
-        self._wake = Wakeup()  # its set() is safe in span-end code (see handover)
+        self._wake = Wakeup()  # its set() is safe in span-end code
         self._worker = start_thread(self._run, self._thread_name)
 
     def put(self, span: ReadableSpan, size: int, ticket: Ticket | None = None) -> bool:
@@ -268,7 +308,6 @@ class ExportQueue:
         return abandoned
 
     def _run(self) -> None:
-        suppress_instrumentation_in_this_thread()  # exporters' own requests make no spans
         while True:
             self._wake.wait(self._delay_s or None)  # zero: sleep until woken, never spin
             self._wake.clear()

@@ -22,7 +22,6 @@ from verl_otel_bridge._internal.accounting import SESSION_GAUGES_DROPPED, SESSIO
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.logs import OnceLogger
 from verl_otel_bridge._internal.signals import ThreadsRefused, start_thread
-from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +98,6 @@ class GaugePublisher(Generic[Item]):
             self._queue.put_nowait(_STOP)
 
     def _run(self) -> None:
-        suppress_instrumentation_in_this_thread()  # RL-Insight's calls from here make no spans
         while True:
             item = self._queue.get()
             try:

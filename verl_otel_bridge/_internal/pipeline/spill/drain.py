@@ -24,7 +24,6 @@ from verl_otel_bridge._internal.pipeline.spill.segments import SegmentStore, Tak
 from verl_otel_bridge._internal.pipeline.spill.settings import FROM_QUEUE, SpillSettings
 from verl_otel_bridge._internal.records import iter_lines, record_to_span
 from verl_otel_bridge._internal.signals import start_thread
-from verl_otel_bridge._internal.suppression import suppress_instrumentation_in_this_thread
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +88,6 @@ class DrainThread:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        suppress_instrumentation_in_this_thread()
         while not self._stopping:
             backlog = self._store.backlog
             if not backlog or (self._may_try is not None and not self._may_try()):
