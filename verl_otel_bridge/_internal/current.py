@@ -116,7 +116,7 @@ def _from_environment() -> Bridge:
     """A bridge from the environment that never raises: each unusable setting is left out alone."""
     config, problems = resolve_leniently()
     for problem in problems:
-        logger.error("%s; that setting is ignored, the others apply.", problem)
+        logger.error("%s; that setting is ignored, the others apply.", str(problem).rstrip("."))
     known = BridgeConfig.keys()
     for _ in known:
         try:
@@ -125,9 +125,9 @@ def _from_environment() -> Bridge:
         except ValueError as exc:  # e.g. a jsonl_path that cannot be opened
             key = exc.key if isinstance(exc, ConfigError) else None
             if key is None or key in PRIVACY_KEYS:
-                logger.error("%s; nothing is exported by this bridge.", exc)
+                logger.error("%s; nothing is exported by this bridge.", str(exc).rstrip("."))
                 return Bridge(BridgeConfig(enabled=False))
-            logger.error("%s; %s is left at its default, the other settings apply.", exc, key)
+            logger.error("%s; %s is left at its default, the other settings apply.", str(exc).rstrip("."), key)
             config = dataclasses.replace(config, **{key: getattr(BridgeConfig, key)})
     return Bridge(BridgeConfig(enabled=False))
 
