@@ -63,13 +63,11 @@ class OtlpSendError(Exception):
 
     Attributes:
         status: the last HTTP status answered, if any.
-        delivered: of the spans being sent, how many (leading ones) were accepted before.
     """
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-        self.delivered = 0
 
 
 def import_urllib3(needed_by: str, key: str | None = None) -> Any:
