@@ -207,11 +207,6 @@ def check(config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) ->
     try:
         import_urllib3("exporter 'otlp'", "exporter")
         endpoint = config.otlp_endpoint or DEFAULT_ENDPOINT
-        answer = check_otlp_endpoint(endpoint, config, environ or os.environ, timeout_s)
+        return check_otlp_endpoint(endpoint, config, environ or os.environ, timeout_s)
     except ValueError as exc:
         return {"ok": False, "detail": str(exc)}
-    return {
-        "ok": answer["ok"],
-        "detail": f"OTLP/HTTP to {answer['endpoint']}: {answer['answer']}",
-        "fix": answer["fix"],
-    }
