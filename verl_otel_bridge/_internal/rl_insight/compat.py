@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import logging
-import os
 import sys
 import threading
 from collections.abc import Mapping
@@ -28,6 +27,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from verl_otel_bridge._internal.config import RL_INSIGHT_SERVER_URL_ENV, environment_value
+from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.rl_insight import private
 from verl_otel_bridge._version import distribution_version
 
@@ -186,12 +186,17 @@ class _InitOnce:
     """RL-Insight's ``init`` is once per process, so this record is too."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
         self.calls = 0
         #: Why the one ``init`` call failed, kept so later checks still say it.
         self.error: str | None = None
         #: Unusable-reasons already logged in this process (see :func:`claim_reason`).
         self.said: set[tuple[object, ...]] = set()
+        self._new_locks()
+        reinit_after_fork(self._new_locks)
+
+    def _new_locks(self) -> None:
+        # Also after a fork: a thread of the parent may have held the lock during rl_insight.init.
+        self.lock = threading.Lock()
         self.said_lock = threading.Lock()
 
 
@@ -214,15 +219,6 @@ def claim_reason(noted: set[str], reason: str, key: tuple[object, ...]) -> bool 
 
 
 _INIT = _InitOnce()
-
-
-def _after_fork_in_child() -> None:
-    # A thread of the parent may have held the lock during rl_insight.init.
-    _INIT.lock = threading.Lock()
-    _INIT.said_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def ensure_initialized(
