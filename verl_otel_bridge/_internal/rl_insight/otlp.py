@@ -165,7 +165,6 @@ class OtlpTransport:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.server_url = server_url
-        self.namespace = namespace
         self.timeout_s = timeout_s
         self._environ = os.environ if environ is None else environ
         self._settings = settings
