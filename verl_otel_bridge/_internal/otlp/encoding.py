@@ -59,8 +59,8 @@ _pack_double = struct.Struct("<d").pack
 _pack_times = struct.Struct("<BQBQ").pack  # start (field 7) and end (field 8) in one call
 
 _KIND_FIELDS = {kind: b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}  # the proto reserves 0
-_LOCAL_FLAGS = b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE)  # field 16, fixed32
-_REMOTE_PARENT_FLAGS = b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE | _IS_REMOTE)
+_LOCAL_FLAGS = _pack_fixed32(_HAS_IS_REMOTE)  # of a span (a link) whose parent (linked context) is local
+_REMOTE_FLAGS = _pack_fixed32(_HAS_IS_REMOTE | _IS_REMOTE)
 
 _ONE_BYTE_VARINTS = tuple(bytes((n,)) for n in range(0x80))
 
@@ -285,7 +285,8 @@ class SpanEncoder:
             parts.append(b"\x7a\x00")
         else:
             parts.append(_delimited(b"\x7a", self._status(status.status_code.value, status.description)))
-        parts.append(_REMOTE_PARENT_FLAGS if parent is not None and parent.is_remote else _LOCAL_FLAGS)
+        remote = parent is not None and parent.is_remote
+        parts.append(b"\x85\x01" + (_REMOTE_FLAGS if remote else _LOCAL_FLAGS))  # field 16, fixed32
         return b"".join(parts)
 
     def _span_attributes(self, parts: list[bytes], attributes: dict[str, Any]) -> None:
@@ -323,7 +324,7 @@ class SpanEncoder:
         body += self._attribute_fields(b"\x22", attributes)
         if dropped:
             body += b"\x28" + _varint(dropped)
-        return body + b"\x35" + _pack_fixed32(_flags(context))
+        return body + b"\x35" + (_REMOTE_FLAGS if context.is_remote else _LOCAL_FLAGS)
 
     # Status: message 2, code 3.
     @staticmethod
@@ -344,10 +345,6 @@ class SpanEncoder:
                 self._reported.add(key)
                 logger.warning("attribute %r left out of OTLP spans: %s", key, exc)
             return b""
-
-
-def _flags(parent: SpanContext | None) -> int:
-    return _HAS_IS_REMOTE | _IS_REMOTE if parent is not None and parent.is_remote else _HAS_IS_REMOTE
 
 
 class PartialSuccess(NamedTuple):
