@@ -24,7 +24,7 @@ import json
 import logging
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -34,8 +34,6 @@ from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events, span_links
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: How many distinct (key, value) attribute pairs a :class:`SpanEncoder` remembers
 #: before it starts over; each costs a few hundred bytes.
@@ -129,13 +127,7 @@ class PerSpan(NamedTuple):
 
     def part(self, start: int, end: int) -> PerSpan:
         """The replacements of ``spans[start:end]``."""
-        return PerSpan(
-            _part(self.attributes, start, end), _part(self.events, start, end), _part(self.resources, start, end)
-        )
-
-
-def _part(given: Sequence[T] | None, start: int, end: int) -> Sequence[T] | None:
-    return None if given is None else given[start:end]
+        return PerSpan._make(None if given is None else given[start:end] for given in self)
 
 
 #: Every span sent with its own attributes, events and resource.
