@@ -99,26 +99,21 @@ def probe_module(minimum_version: str) -> Probe:
             installed=installed,
             module=module,
         )
+
+    def found(usable: bool, reason: str, detail: str) -> Probe:
+        """A probe of this import, of version ``raw``."""
+        return Probe(usable, reason, detail, version=str(raw), installed=installed, module=module)
+
     try:
         version = Version(str(raw))
     except InvalidVersion:
-        return Probe(
+        return found(
             False,
             "version_unparsable",
             f"rl_insight.__version__ is {raw!r}, not a version (installed: {installed}); requires >= {minimum_version}",
-            version=str(raw),
-            installed=installed,
-            module=module,
         )
     if version < Version(minimum_version):
-        return Probe(
-            False,
-            "version_too_old",
-            f"rl-insight {raw} is installed; requires >= {minimum_version}",
-            version=str(raw),
-            installed=installed,
-            module=module,
-        )
+        return found(False, "version_too_old", f"rl-insight {raw} is installed; requires >= {minimum_version}")
     try:
         trace_span = getattr(module, "trace_span", None)
     except Exception as exc:  # noqa: BLE001 - lazy attribute loaders can raise anything
@@ -132,15 +127,8 @@ def probe_module(minimum_version: str) -> Probe:
             installed=installed,
         )
     if not callable(trace_span):
-        return Probe(
-            False,
-            "no_trace_span",
-            f"rl-insight {raw} is installed but has no callable rl_insight.trace_span",
-            version=str(raw),
-            installed=installed,
-            module=module,
-        )
-    return Probe(True, "ok", f"rl-insight {raw}", version=str(raw), installed=installed, module=module)
+        return found(False, "no_trace_span", f"rl-insight {raw} is installed but has no callable rl_insight.trace_span")
+    return found(True, "ok", f"rl-insight {raw}")
 
 
 def _import_failed(exc: BaseException, installed: str | None, minimum_version: str) -> Probe:
