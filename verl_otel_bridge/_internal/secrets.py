@@ -82,10 +82,7 @@ class Scrubber:
     @classmethod
     def of(cls, *values: Any) -> Scrubber:
         """A scrubber for the secrets found in ``values`` (see :func:`secrets_in`)."""
-        found: set[str] = set()
-        for value in values:
-            found |= secrets_in(value)
-        return cls(found)
+        return cls(secrets_in(values))
 
     def __call__(self, value: Any) -> Any:
         if isinstance(value, str):

@@ -19,18 +19,17 @@ def check_otlp_endpoint(
 ) -> dict[str, Any]:
     """POST an empty export request to ``endpoint`` as the ``otlp`` exporter would (``otlp_*`` keys).
 
-    Returns ``{"endpoint", "ok", "answer", "fix"}``: ``answer`` is the server's
-    (status and the start of its body) or why nothing answered; ``fix`` what to change, or None.
+    Returns ``doctor``'s ``{"ok", "detail", "fix"}``: ``detail`` names the endpoint and quotes the server's
+    answer (status and the start of its body) or why nothing answered; ``fix`` what to change, or None.
     """
     sender = OtlpHttpSender.of(endpoint, config, default_timeout_s=timeout_s, environ=environ)
     try:
         sender.send(EMPTY_EXPORT_REQUEST)
     except OtlpSendError as exc:
-        answer = str(exc)
-        return {"endpoint": sender.endpoint, "ok": False, "answer": answer, "fix": _otlp_fix(exc, sender.endpoint)}
+        return {"ok": False, "detail": f"OTLP/HTTP to {sender.endpoint}: {exc}", "fix": _otlp_fix(exc, sender.endpoint)}
     finally:
         sender.close()
-    return {"endpoint": sender.endpoint, "ok": True, "answer": "accepts OTLP export requests", "fix": None}
+    return {"ok": True, "detail": f"OTLP/HTTP to {sender.endpoint}: accepts OTLP export requests", "fix": None}
 
 
 def _otlp_fix(error: OtlpSendError, endpoint: str) -> str:

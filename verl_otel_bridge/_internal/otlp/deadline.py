@@ -142,11 +142,9 @@ def get_bounded(url: str, headers: Mapping[str, str], timeout_s: float) -> bytes
     try:
         with deadline.current(), opener.open(request, timeout=timeout_s) as response:
             return read_bounded(response.read)
-    except OSError as exc:
+    except (OSError, http.client.HTTPException) as exc:  # HTTPException: e.g. a status line cut by the deadline
         if deadline.expired and not isinstance(exc, AnswerTooLarge):
             raise TimeoutError(f"no whole answer within {timeout_s} s") from exc
-        raise
-    except http.client.HTTPException as exc:  # e.g. a status line cut by the deadline
-        if deadline.expired:
-            raise TimeoutError(f"no whole answer within {timeout_s} s") from exc
+        if isinstance(exc, OSError):
+            raise
         raise OSError(f"{type(exc).__name__}: {exc}") from exc

@@ -24,7 +24,7 @@ import json
 import logging
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -34,8 +34,6 @@ from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 from verl_otel_bridge._internal.attributes import attributes_dict, span_attributes, span_events, span_links
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: How many distinct (key, value) attribute pairs a :class:`SpanEncoder` remembers
 #: before it starts over; each costs a few hundred bytes.
@@ -59,8 +57,8 @@ _pack_double = struct.Struct("<d").pack
 _pack_times = struct.Struct("<BQBQ").pack  # start (field 7) and end (field 8) in one call
 
 _KIND_FIELDS = {kind: b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}  # the proto reserves 0
-_LOCAL_FLAGS = b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE)  # field 16, fixed32
-_REMOTE_PARENT_FLAGS = b"\x85\x01" + _pack_fixed32(_HAS_IS_REMOTE | _IS_REMOTE)
+_LOCAL_FLAGS = _pack_fixed32(_HAS_IS_REMOTE)  # of a span (a link) whose parent (linked context) is local
+_REMOTE_FLAGS = _pack_fixed32(_HAS_IS_REMOTE | _IS_REMOTE)
 
 _ONE_BYTE_VARINTS = tuple(bytes((n,)) for n in range(0x80))
 
@@ -129,13 +127,7 @@ class PerSpan(NamedTuple):
 
     def part(self, start: int, end: int) -> PerSpan:
         """The replacements of ``spans[start:end]``."""
-        return PerSpan(
-            _part(self.attributes, start, end), _part(self.events, start, end), _part(self.resources, start, end)
-        )
-
-
-def _part(given: Sequence[T] | None, start: int, end: int) -> Sequence[T] | None:
-    return None if given is None else given[start:end]
+        return PerSpan._make(None if given is None else given[start:end] for given in self)
 
 
 #: Every span sent with its own attributes, events and resource.
@@ -285,7 +277,8 @@ class SpanEncoder:
             parts.append(b"\x7a\x00")
         else:
             parts.append(_delimited(b"\x7a", self._status(status.status_code.value, status.description)))
-        parts.append(_REMOTE_PARENT_FLAGS if parent is not None and parent.is_remote else _LOCAL_FLAGS)
+        remote = parent is not None and parent.is_remote
+        parts.append(b"\x85\x01" + (_REMOTE_FLAGS if remote else _LOCAL_FLAGS))  # field 16, fixed32
         return b"".join(parts)
 
     def _span_attributes(self, parts: list[bytes], attributes: dict[str, Any]) -> None:
@@ -323,7 +316,7 @@ class SpanEncoder:
         body += self._attribute_fields(b"\x22", attributes)
         if dropped:
             body += b"\x28" + _varint(dropped)
-        return body + b"\x35" + _pack_fixed32(_flags(context))
+        return body + b"\x35" + (_REMOTE_FLAGS if context.is_remote else _LOCAL_FLAGS)
 
     # Status: message 2, code 3.
     @staticmethod
@@ -344,10 +337,6 @@ class SpanEncoder:
                 self._reported.add(key)
                 logger.warning("attribute %r left out of OTLP spans: %s", key, exc)
             return b""
-
-
-def _flags(parent: SpanContext | None) -> int:
-    return _HAS_IS_REMOTE | _IS_REMOTE if parent is not None and parent.is_remote else _HAS_IS_REMOTE
 
 
 class PartialSuccess(NamedTuple):

@@ -84,17 +84,13 @@ class OtlpDestination:
         return f"OtlpDestination({self.sender!r}, max_request_bytes={self.max_request_bytes})"
 
     def requests(
-        self, spans: Sequence[ReadableSpan], per_span: PerSpan = NOT_REPLACED
+        self, spans: Sequence[ReadableSpan], per_span: PerSpan = NOT_REPLACED, start: int = 0
     ) -> Iterator[tuple[int, int, bytes | None]]:
         """``(start, end, body)`` per request for ``spans[start:end]``, in order, each encoded when asked for.
 
-        ``body`` is None for a single span too large for a request.
+        ``body`` is None for a single span too large for a request. ``start`` is the index of ``spans[0]``
+        in the whole batch (the halves of a split).
         """
-        yield from self._split(spans, 0, per_span)
-
-    def _split(
-        self, spans: Sequence[ReadableSpan], start: int, per_span: PerSpan
-    ) -> Iterator[tuple[int, int, bytes | None]]:
         body = self._encoder.encode(
             spans,
             resource=self._resource,
@@ -109,8 +105,8 @@ class OtlpDestination:
             yield start, start + 1, None
         else:
             half = len(spans) // 2
-            yield from self._split(spans[:half], start, per_span.part(0, half))
-            yield from self._split(spans[half:], start + half, per_span.part(half, len(spans)))
+            yield from self.requests(spans[:half], per_span.part(0, half), start)
+            yield from self.requests(spans[half:], per_span.part(half, len(spans)), start + half)
 
     def send(self, spans: Sequence[ReadableSpan]) -> Outcome:
         """Post ``spans`` (in as many requests as the size limit needs) within one timeout."""
@@ -211,11 +207,6 @@ def check(config: BridgeConfig, environ: Mapping[str, str], timeout_s: float) ->
     try:
         import_urllib3("exporter 'otlp'", "exporter")
         endpoint = config.otlp_endpoint or DEFAULT_ENDPOINT
-        answer = check_otlp_endpoint(endpoint, config, environ or os.environ, timeout_s)
+        return check_otlp_endpoint(endpoint, config, environ or os.environ, timeout_s)
     except ValueError as exc:
         return {"ok": False, "detail": str(exc)}
-    return {
-        "ok": answer["ok"],
-        "detail": f"OTLP/HTTP to {answer['endpoint']}: {answer['answer']}",
-        "fix": answer["fix"],
-    }

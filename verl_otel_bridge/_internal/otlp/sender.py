@@ -63,13 +63,11 @@ class OtlpSendError(Exception):
 
     Attributes:
         status: the last HTTP status answered, if any.
-        delivered: of the spans being sent, how many (leading ones) were accepted before.
     """
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
-        self.delivered = 0
 
 
 def import_urllib3(needed_by: str, key: str | None = None) -> Any:
@@ -213,16 +211,6 @@ class OtlpHttpSender:
         return self.settings.timeout_s
 
     def _pool_manager(self, lib: Any, proxies: Mapping[str, str]) -> urllib3.PoolManager:
-        manager = self._bare_pool_manager(lib, proxies)
-        # Every connection's socket is watched by the deadline of the request using it.
-        plain, tls = watched(lib.connection.HTTPConnection), watched(lib.connection.HTTPSConnection)
-        manager.pool_classes_by_scheme = {
-            "http": type("WatchedPool", (lib.HTTPConnectionPool,), {"ConnectionCls": plain}),
-            "https": type("WatchedTLSPool", (lib.HTTPSConnectionPool,), {"ConnectionCls": tls}),
-        }
-        return manager
-
-    def _bare_pool_manager(self, lib: Any, proxies: Mapping[str, str]) -> urllib3.PoolManager:
         parsed = urlparse(self._url)
         options: dict[str, Any] = {"num_pools": 1, "maxsize": 1, "retries": False}
         if parsed.scheme == "https":
@@ -234,6 +222,12 @@ class OtlpHttpSender:
             manager = lib.ProxyManager(proxy_url, proxy_headers=headers, **options)
         else:
             manager = lib.PoolManager(**options)
+        # Every connection's socket is watched by the deadline of the request using it.
+        plain, tls = watched(lib.connection.HTTPConnection), watched(lib.connection.HTTPSConnection)
+        manager.pool_classes_by_scheme = {
+            "http": type("WatchedPool", (lib.HTTPConnectionPool,), {"ConnectionCls": plain}),
+            "https": type("WatchedTLSPool", (lib.HTTPSConnectionPool,), {"ConnectionCls": tls}),
+        }
         return cast("urllib3.PoolManager", manager)
 
     def send(self, body: bytes, *, deadline: float | None = None) -> bytes:

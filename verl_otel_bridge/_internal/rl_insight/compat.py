@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import logging
-import os
 import sys
 import threading
 from collections.abc import Mapping
@@ -28,6 +27,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from verl_otel_bridge._internal.config import RL_INSIGHT_SERVER_URL_ENV, environment_value
+from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.rl_insight import private
 from verl_otel_bridge._version import distribution_version
 
@@ -99,26 +99,21 @@ def probe_module(minimum_version: str) -> Probe:
             installed=installed,
             module=module,
         )
+
+    def found(usable: bool, reason: str, detail: str) -> Probe:
+        """A probe of this import, of version ``raw``."""
+        return Probe(usable, reason, detail, version=str(raw), installed=installed, module=module)
+
     try:
         version = Version(str(raw))
     except InvalidVersion:
-        return Probe(
+        return found(
             False,
             "version_unparsable",
             f"rl_insight.__version__ is {raw!r}, not a version (installed: {installed}); requires >= {minimum_version}",
-            version=str(raw),
-            installed=installed,
-            module=module,
         )
     if version < Version(minimum_version):
-        return Probe(
-            False,
-            "version_too_old",
-            f"rl-insight {raw} is installed; requires >= {minimum_version}",
-            version=str(raw),
-            installed=installed,
-            module=module,
-        )
+        return found(False, "version_too_old", f"rl-insight {raw} is installed; requires >= {minimum_version}")
     try:
         trace_span = getattr(module, "trace_span", None)
     except Exception as exc:  # noqa: BLE001 - lazy attribute loaders can raise anything
@@ -132,15 +127,8 @@ def probe_module(minimum_version: str) -> Probe:
             installed=installed,
         )
     if not callable(trace_span):
-        return Probe(
-            False,
-            "no_trace_span",
-            f"rl-insight {raw} is installed but has no callable rl_insight.trace_span",
-            version=str(raw),
-            installed=installed,
-            module=module,
-        )
-    return Probe(True, "ok", f"rl-insight {raw}", version=str(raw), installed=installed, module=module)
+        return found(False, "no_trace_span", f"rl-insight {raw} is installed but has no callable rl_insight.trace_span")
+    return found(True, "ok", f"rl-insight {raw}")
 
 
 def _import_failed(exc: BaseException, installed: str | None, minimum_version: str) -> Probe:
@@ -186,12 +174,17 @@ class _InitOnce:
     """RL-Insight's ``init`` is once per process, so this record is too."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
         self.calls = 0
         #: Why the one ``init`` call failed, kept so later checks still say it.
         self.error: str | None = None
         #: Unusable-reasons already logged in this process (see :func:`claim_reason`).
         self.said: set[tuple[object, ...]] = set()
+        self._new_locks()
+        reinit_after_fork(self._new_locks)
+
+    def _new_locks(self) -> None:
+        # Also after a fork: a thread of the parent may have held the lock during rl_insight.init.
+        self.lock = threading.Lock()
         self.said_lock = threading.Lock()
 
 
@@ -214,15 +207,6 @@ def claim_reason(noted: set[str], reason: str, key: tuple[object, ...]) -> bool 
 
 
 _INIT = _InitOnce()
-
-
-def _after_fork_in_child() -> None:
-    # A thread of the parent may have held the lock during rl_insight.init.
-    _INIT.lock = threading.Lock()
-    _INIT.said_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def ensure_initialized(

@@ -338,12 +338,12 @@ class RLInsightDestination:
         """Where spans go and why, RL-Insight's version, and the counters."""
         probe = self._last or self.probe()
         route = "rl_insight" if probe.usable else f"{self.fallback_name} (fallback)"
-        otlp = self._otlp
+        where = self.where()
         return {
             "exporter": route,
             "rl_insight_transport": self._last_transport or self.config.rl_insight_transport,
-            "otlp_endpoint": otlp.endpoint if otlp is not None else None,
-            "otlp_error": otlp.last_error if otlp is not None else None,
+            "otlp_endpoint": where["endpoint"],
+            "otlp_error": where["last_error"],
             "reason": probe.reason,
             "detail": probe.detail,
             "rl_insight_installed": probe.reason != "not_installed",

@@ -14,7 +14,6 @@ import contextlib
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -81,15 +80,9 @@ class GaugePublisher(Generic[Item]):
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until every item submitted so far is published; False on timeout."""
-        deadline = time.monotonic() + timeout_s
         done = self._queue.all_tasks_done
         with done:
-            while self._queue.unfinished_tasks:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                done.wait(remaining)
-        return True
+            return done.wait_for(lambda: not self._queue.unfinished_tasks, timeout_s)
 
     def shutdown(self) -> None:
         """Stop taking items and let the thread end; items still waiting are dropped, not published."""

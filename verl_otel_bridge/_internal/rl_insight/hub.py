@@ -70,23 +70,20 @@ class HubTransport:
                     attributes=attributes[index],
                 )
             except Exception as exc:  # noqa: BLE001 - e.g. "Failed to submit task to actor" after ray.shutdown()
-                outcome = self._confirm(hub) if index else None
+                outcome = self._confirm(hub, index) if index else None
                 return outcome if outcome is not None and outcome.problem else HubOutcome(index, error=exc)
-        outcome = self._confirm(hub)
-        if outcome is not None and outcome.unconfirmed:
-            return HubOutcome(len(spans), unconfirmed=True)  # handed over, not confirmed: counted as sent
-        return outcome or HubOutcome(len(spans))
+        return self._confirm(hub, len(spans))
 
-    def _confirm(self, hub: Any) -> HubOutcome | None:
-        """None when the hub took the batch; else why not (and remember a dead hub)."""
+    def _confirm(self, hub: Any, sent: int) -> HubOutcome:
+        """What became of ``sent`` spans handed to ``hub``: sent, unless it cannot deliver (then remembered)."""
         ray = sys.modules.get("ray")
         if hub is None or ray is None:
-            return None  # not RL-Insight 0.3.0's Ray client: nothing to ask
+            return HubOutcome(sent)  # not RL-Insight 0.3.0's Ray client: nothing to ask
         try:
             status = ray.get(hub.get_status.remote(), timeout=self.confirm_timeout_s)
         except Exception as exc:  # noqa: BLE001 - any failure to answer means the hub is gone
             if isinstance(exc, getattr(ray.exceptions, "GetTimeoutError", ())):
-                return HubOutcome(0, unconfirmed=True)
+                return HubOutcome(sent, unconfirmed=True)  # handed over, not confirmed: counted as sent
             first_line = (str(exc).strip().splitlines() or [""])[0][:300]
             return self._remember(
                 hub,
@@ -101,7 +98,7 @@ class HubTransport:
                 "RL-Insight's monitor hub exports no traces (its server was unreachable or advertised no OTLP "
                 "port when the hub started, and it does not ask again)",
             )
-        return None
+        return HubOutcome(sent)
 
     def _remember(self, hub: Any, reason: str, detail: str) -> HubOutcome:
         self._bad_hub, self._problem = hub, (reason, detail)

@@ -96,17 +96,6 @@ def trace_endpoint(server_url: str, otlp_port: Any) -> str:
     return f"{parsed.scheme or 'http'}://{host}:{port}{TRACES_PATH}"
 
 
-def discover_trace_endpoint(server_url: str, timeout_s: float) -> str | None:
-    """The OTLP/HTTP traces URL RL-Insight's server advertises, or None if it advertises none.
-
-    Raises:
-        OSError: the server did not answer.
-        ValueError: the answer is not the expected JSON object.
-    """
-    port = fetch_services(server_url, timeout_s).get("otlp_port")
-    return trace_endpoint(server_url, port) if port else None
-
-
 class _Backoff:
     """When the next attempt at something that failed is allowed."""
 
@@ -176,7 +165,6 @@ class OtlpTransport:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.server_url = server_url
-        self.namespace = namespace
         self.timeout_s = timeout_s
         self._environ = os.environ if environ is None else environ
         self._settings = settings
@@ -236,15 +224,13 @@ class OtlpTransport:
 
     def _discover(self) -> None:
         try:
-            endpoint = discover_trace_endpoint(self.server_url, self.timeout_s)
-            exporter = (
-                OtlpDestination(
-                    OtlpHttpSender(endpoint, self._settings, proxies=environment_proxies(self._environ)),
-                    resource=self._resource,
-                )
-                if endpoint is not None
-                else None
-            )
+            port = fetch_services(self.server_url, self.timeout_s).get("otlp_port")
+            if not port:
+                self._discovery.failed()
+                self.last_error = "RL-Insight's server advertises no otlp_port"
+                return
+            endpoint = trace_endpoint(self.server_url, port)
+            sender = OtlpHttpSender(endpoint, self._settings, proxies=environment_proxies(self._environ))
         except Exception as exc:  # noqa: BLE001 - OSError, ValueError, http.client.InvalidURL...
             self._discovery.failed()
             self.last_error = Scrubber.of(self.server_url)(
@@ -252,10 +238,6 @@ class OtlpTransport:
             )
             logger.info("%s; retrying in %.0f s, spans use the hub meanwhile", self.last_error, self._discovery.delay_s)
             return
-        if exporter is None:
-            self._discovery.failed()
-            self.last_error = "RL-Insight's server advertises no otlp_port"
-            return
-        self._exporter = exporter
+        self._exporter = OtlpDestination(sender, resource=self._resource)
         self._discovery.succeeded()
-        logger.info("RL-Insight trace endpoint discovered: %s (spans go there directly)", exporter.sender.endpoint)
+        logger.info("RL-Insight trace endpoint discovered: %s (spans go there directly)", sender.endpoint)
