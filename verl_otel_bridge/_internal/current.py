@@ -80,12 +80,13 @@ def get_bridge() -> Bridge:
     A bad environment variable is logged as an error and the defaults are used,
     since this runs where spans are made and must not raise there.
     """
+    global _current
     bridge = _current
     if bridge is not None and not bridge.retired:
         return bridge
     with _lock:
         if _current is None or _current.retired:
-            _install(_from_environment())
+            _current = _from_environment()
         assert _current is not None
         return _current
 
@@ -101,15 +102,10 @@ def set_bridge(bridge: Bridge | None) -> Bridge | None:
 
     For fixtures that swap a bridge in and restore the old one afterwards.
     """
-    with _lock:
-        previous = _current
-        _install(bridge)
-    return previous
-
-
-def _install(bridge: Bridge | None) -> None:
     global _current
-    _current = bridge
+    with _lock:
+        previous, _current = _current, bridge
+    return previous
 
 
 def _from_environment() -> Bridge:
