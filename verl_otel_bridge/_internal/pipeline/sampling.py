@@ -192,7 +192,7 @@ class SessionSampler:
     def _keep(self, session: ReadableSpan, attributes: Mapping[str, Any], spans: list[ReadableSpan]) -> bool:
         settings = self.settings
         step = attributes.get("global_steps")
-        keep = group_sampled(attributes.get("uid"), settings.rate) or not _succeeded(session, attributes, spans)
+        keep = group_sampled(attributes.get("uid"), settings.rate) or not _succeeded(attributes, spans)
         if settings.keep_slowest and session.start_time is not None and session.end_time is not None:
             slower, _faster = self._durations.add(step, float(session.end_time - session.start_time))
             keep = keep or slower < settings.keep_slowest
@@ -203,7 +203,7 @@ class SessionSampler:
         return keep
 
 
-def _succeeded(session: ReadableSpan, attributes: Mapping[str, Any], spans: list[ReadableSpan]) -> bool:
+def _succeeded(attributes: Mapping[str, Any], spans: list[ReadableSpan]) -> bool:
     if attributes.get("finished") is False or any(span.status.status_code is StatusCode.ERROR for span in spans):
         return False
     status = attributes.get("status")
