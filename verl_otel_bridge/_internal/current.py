@@ -45,11 +45,7 @@ def configure(config: Mapping[str, Any] | BridgeConfig | None = None, /, **overr
     Raises:
         ValueError: an unknown key or a bad value, naming the key and the fix.
     """
-    bridge = Bridge(BridgeConfig.resolve(config, **overrides))
-    previous = set_bridge(bridge)
-    if previous is not None:
-        previous.shutdown()
-    return bridge
+    return _make_current(Bridge(BridgeConfig.resolve(config, **overrides)))
 
 
 def instrument(
@@ -65,7 +61,10 @@ def instrument(
     Raises:
         ValueError: as :func:`configure`.
     """
-    bridge = Bridge(BridgeConfig.resolve(config, **overrides), provider=provider)
+    return _make_current(Bridge(BridgeConfig.resolve(config, **overrides), provider=provider))
+
+
+def _make_current(bridge: Bridge) -> Bridge:
     previous = set_bridge(bridge)
     if previous is not None:
         previous.shutdown()
