@@ -148,24 +148,10 @@ class SpanCounts:
         with self._lock:
             counts = dict(self._counts)
             counts.update({key: counter.read() for key, counter in self._hot.items()})
-        exported = {k.split(".", 1)[1]: v for k, v in counts.items() if k.startswith("exported.")}
-        summary: dict[str, Any] = {
-            key: counts.get(key, 0)
-            for key in (
-                "started",
-                "ended",
-                "fallback",
-                "spilled",
-                "sampled_out",
-                "discarded",
-                "dropped",
-                "failed",
-                "invalid",
-                "converted",
-            )
-        }
-        summary["exported"] = exported
-        summary.update({k: v for k, v in counts.items() if k not in summary and not k.startswith("exported.")})
+        prefix = exported("")
+        summary: dict[str, Any] = {key: counts.get(key, 0) for key in (*HOT_KEYS, *TERMINAL_KEYS, INVALID, CONVERTED)}
+        summary["exported"] = {k.removeprefix(prefix): v for k, v in counts.items() if k.startswith(prefix)}
+        summary.update({k: v for k, v in counts.items() if k not in summary and not k.startswith(prefix)})
         return summary
 
 

@@ -22,7 +22,6 @@ from verl_otel_bridge._internal.accounting import (
 )
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.exporter_names import NAMES, destination_module
-from verl_otel_bridge._internal.exporters.memory import BoundedMemorySpanExporter
 from verl_otel_bridge._internal.pipeline.chain import ExportChain, Named
 from verl_otel_bridge._internal.pipeline.processors import ExportSpanProcessor
 from verl_otel_bridge._internal.pipeline.queue import ExportQueue
@@ -38,7 +37,6 @@ from verl_otel_bridge._internal.status import (
 )
 
 if TYPE_CHECKING:  # RL-Insight's modules load only for a bridge that wants RL-Insight
-    from verl_otel_bridge._internal.rl_insight.compat import Probe
     from verl_otel_bridge._internal.rl_insight.exporter import RLInsightDestination
 
 logger = logging.getLogger(__name__)
@@ -99,17 +97,6 @@ class Pipeline:
             )
         network = route.wants_rl_insight or any(NAMES[name].network for name in route.names)
         self.processor = ExportSpanProcessor(self.chain, counts, self.queue, self.sampler, network=network)
-
-    @property
-    def memory(self) -> BoundedMemorySpanExporter | None:
-        """The in-memory destination (primary, fallback or copy), if any."""
-        destinations = self.chain.destinations if self.chain is not None else ()
-        return next((n.destination for n in destinations if isinstance(n.destination, BoundedMemorySpanExporter)), None)
-
-    def rl_insight_probe(self, *, initialize: bool = False) -> Probe | None:
-        """Check RL-Insight as its destination does (None when RL-Insight is not wanted); with ``initialize``,
-        also run ``rl_insight.init`` once per process if it is usable."""
-        return self.rl_insight.probe(initialize=initialize) if self.rl_insight is not None else None
 
     def shutdown(self, timeout_s: float) -> None:
         """Export or spill what is pending and close the destinations, within ``timeout_s``."""

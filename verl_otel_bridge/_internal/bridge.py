@@ -275,8 +275,10 @@ class Bridge:
 
     @property
     def memory_exporter(self) -> BoundedMemorySpanExporter | None:
-        """The in-memory exporter in use (primary or fallback), else None."""
-        return self._pipeline.memory
+        """The in-memory exporter in use (primary, fallback or copy), else None."""
+        chain = self._pipeline.chain
+        destinations = chain.destinations if chain is not None else ()
+        return next((n.destination for n in destinations if isinstance(n.destination, BoundedMemorySpanExporter)), None)
 
     @property
     def pipeline(self) -> Pipeline:
@@ -291,7 +293,8 @@ class Bridge:
 
         With ``initialize``, also runs ``rl_insight.init`` once per process if it is usable.
         """
-        return self._pipeline.rl_insight_probe(initialize=initialize)
+        rl_insight = self._pipeline.rl_insight
+        return rl_insight.probe(initialize=initialize) if rl_insight is not None else None
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Export every span ended so far; False if that took longer than ``timeout_s``."""

@@ -271,10 +271,6 @@ def _exporter_names(value: str | tuple[str, ...]) -> str | None:
     return None
 
 
-def _optional_wait_s(value: float | None) -> str | None:
-    return None if value is None else _wait_s(value)
-
-
 def http_url_problem(value: str | None) -> str | None:
     """Why ``value`` is not an ``http(s)`` URL with a host (None: it is, or it is unset); never quotes it."""
     if value is None:
@@ -428,7 +424,7 @@ class BridgeConfig:
         SECONDS,
         "Bound of one OTLP export, retries included (unset: 10 s; 5 s to RL-Insight's endpoint).",
         env=_otlp_variables("TIMEOUT"),
-        check=_optional_wait_s,
+        check=lambda value: None if value is None else _wait_s(value),
     )
     otlp_compression: str = _setting(
         "none",
@@ -621,14 +617,17 @@ class BridgeConfig:
         if isinstance(config, BridgeConfig):
             return dataclasses.replace(config, **_coerce_all(overrides, "keyword")) if overrides else config
         env = os.environ if environ is None else environ
-        values = from_environment(env)
+        values, problems = _read_environment(env)
+        if problems:  # the first variable that names no key or does not parse
+            key = next(iter(problems))
+            raise ConfigError(problems[key], key if key in _SETTINGS else None)
         if config is not None:
             if not isinstance(config, Mapping):
                 raise ConfigError(f"configure() takes a mapping or a BridgeConfig, not {type(config).__name__}")
             values.update(_coerce_all(config, "config"))
         values.update(_coerce_all(overrides, "keyword"))
         _fit_batch_to_queue(values)
-        sources = value_sources(config if isinstance(config, Mapping) else None, environ=env, **overrides)
+        sources = value_sources(config, environ=env, **overrides)
         try:
             resolved = cls(**values)
         except ConfigError as exc:
@@ -773,20 +772,6 @@ def _env_value(key: str, variable: str, raw: Any) -> Any:
     value = _coerce(key, raw, variable)
     inverted = any(alias.inverted for alias in _SETTINGS[key].aliases if alias.name == variable)
     return (not value) if inverted else value
-
-
-def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Config values found in ``environ`` (prefixed variables win over aliases).
-
-    Raises:
-        ConfigError: a ``VERL_OTEL_BRIDGE_*`` variable that names no key, or a
-            value that does not parse.
-    """
-    values, problems = _read_environment(environ)
-    if problems:
-        key = next(iter(problems))
-        raise ConfigError(problems[key], key if key in _SETTINGS else None)
-    return values
 
 
 def _read_environment(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -45,11 +45,7 @@ def configure(config: Mapping[str, Any] | BridgeConfig | None = None, /, **overr
     Raises:
         ValueError: an unknown key or a bad value, naming the key and the fix.
     """
-    bridge = Bridge(BridgeConfig.resolve(config, **overrides))
-    previous = set_bridge(bridge)
-    if previous is not None:
-        previous.shutdown()
-    return bridge
+    return _make_current(Bridge(BridgeConfig.resolve(config, **overrides)))
 
 
 def instrument(
@@ -65,7 +61,10 @@ def instrument(
     Raises:
         ValueError: as :func:`configure`.
     """
-    bridge = Bridge(BridgeConfig.resolve(config, **overrides), provider=provider)
+    return _make_current(Bridge(BridgeConfig.resolve(config, **overrides), provider=provider))
+
+
+def _make_current(bridge: Bridge) -> Bridge:
     previous = set_bridge(bridge)
     if previous is not None:
         previous.shutdown()
@@ -80,12 +79,13 @@ def get_bridge() -> Bridge:
     A bad environment variable is logged as an error and the defaults are used,
     since this runs where spans are made and must not raise there.
     """
+    global _current
     bridge = _current
     if bridge is not None and not bridge.retired:
         return bridge
     with _lock:
         if _current is None or _current.retired:
-            _install(_from_environment())
+            _current = _from_environment()
         assert _current is not None
         return _current
 
@@ -101,15 +101,10 @@ def set_bridge(bridge: Bridge | None) -> Bridge | None:
 
     For fixtures that swap a bridge in and restore the old one afterwards.
     """
-    with _lock:
-        previous = _current
-        _install(bridge)
-    return previous
-
-
-def _install(bridge: Bridge | None) -> None:
     global _current
-    _current = bridge
+    with _lock:
+        previous, _current = _current, bridge
+    return previous
 
 
 def _from_environment() -> Bridge:

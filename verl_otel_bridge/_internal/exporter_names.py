@@ -22,7 +22,6 @@ class ExporterName:
 
     Attributes:
         name: the configuration value.
-        summary: where spans go, in a few words (for ``doctor`` and error messages).
         module: the module whose ``build(config, counts)`` makes the destination and whose
             ``check(config, environ, timeout_s)`` is ``doctor``'s check of it (None: ``auto``,
             which is a choice between two others).
@@ -35,7 +34,6 @@ class ExporterName:
     """
 
     name: str
-    summary: str
     module: str | None
     needs: str | None = None
     local: bool = False
@@ -51,10 +49,9 @@ _PACKAGE = "verl_otel_bridge._internal"
 NAMES: dict[str, ExporterName] = {
     entry.name: entry
     for entry in (
-        ExporterName("auto", "RL-Insight when it is usable, else the fallback", None),
+        ExporterName("auto", None),
         ExporterName(
             "rl_insight",
-            "RL-Insight's trace store",
             f"{_PACKAGE}.rl_insight.exporter",
             needs="rl-insight",
             network=True,
@@ -62,7 +59,6 @@ NAMES: dict[str, ExporterName] = {
         ),
         ExporterName(
             "otlp",
-            "an OTLP/HTTP endpoint (Phoenix, MLflow, a collector)",
             f"{_PACKAGE}.otlp.exporter",
             needs="otlp",
             network=True,
@@ -70,16 +66,14 @@ NAMES: dict[str, ExporterName] = {
         ),
         ExporterName(
             "memory",
-            "this process's memory (the newest spans)",
             f"{_PACKAGE}.exporters.memory",
             local=True,
             inline=True,
         ),
-        ExporterName("console", "standard output", f"{_PACKAGE}.exporters.console", local=True, otel=("console",)),
-        ExporterName("jsonl", "JSON Lines files", f"{_PACKAGE}.exporters.jsonl", local=True),
+        ExporterName("console", f"{_PACKAGE}.exporters.console", local=True, otel=("console",)),
+        ExporterName("jsonl", f"{_PACKAGE}.exporters.jsonl", local=True),
         ExporterName(
             "none",
-            "nowhere (discarded)",
             f"{_PACKAGE}.exporters.discard",
             local=True,
             inline=True,

@@ -109,7 +109,7 @@ class ExportChain:
             Spill(
                 spill,
                 counts,
-                {FROM_QUEUE: self.export, FROM_DESTINATION: self.retry},
+                {FROM_QUEUE: self.export, FROM_DESTINATION: self.deliver},
                 (lambda: health.up or health.retry_due()) if health is not None else None,
             )
             if spill is not None
@@ -157,10 +157,6 @@ class ExportChain:
             return self._spill(refused) and not outcome.left_out
         self.counts.add(FAILED, len(refused))
         return False
-
-    def retry(self, spans: Sequence[ReadableSpan]) -> None:
-        """Spans the primary refused before, drained from the spill: delivered to it again."""
-        self.deliver(spans)
 
     def _count_taken(self, named: Named, outcome: Outcome, *, as_fallback: bool = False) -> None:
         if named.discards:

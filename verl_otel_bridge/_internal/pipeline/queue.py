@@ -298,13 +298,12 @@ class ExportQueue:
             abandoned = len(self._items) + self._abandoned_in_flight
             self._budget.give(sum(size for _span, size in self._items))
             self._items.clear()
-        if not abandoned or not self._worker.is_alive():
-            return abandoned
-        logger.warning(
-            "export did not finish within %.1f s; %d queued spans abandoned (the exporter may be hung)",
-            timeout_s,
-            abandoned,
-        )
+        if abandoned and self._worker.is_alive():
+            logger.warning(
+                "export did not finish within %.1f s; %d queued spans abandoned (the exporter may be hung)",
+                timeout_s,
+                abandoned,
+            )
         return abandoned
 
     def _run(self) -> None:

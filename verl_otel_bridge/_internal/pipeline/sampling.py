@@ -41,8 +41,8 @@ from verl_otel_bridge._internal.accounting import SAMPLED_OUT, SAMPLING_RELEASED
 from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.forks import reinit_after_fork
 from verl_otel_bridge._internal.pipeline.queue import span_size
-from verl_otel_bridge._internal.protocol import REWARD, SESSION_SPAN_NAME, TRAJECTORIES
-from verl_otel_bridge._internal.records import parse_json
+from verl_otel_bridge._internal.protocol import REWARD, REWARD_SCORE, SESSION_SPAN_NAME
+from verl_otel_bridge._internal.trajectories import trajectories
 
 #: Decisions remembered for spans that end after their session (e.g. reported in bulk).
 MAX_DECISIONS = 100_000
@@ -192,7 +192,7 @@ class SessionSampler:
     def _keep(self, session: ReadableSpan, attributes: Mapping[str, Any], spans: list[ReadableSpan]) -> bool:
         settings = self.settings
         step = attributes.get("global_steps")
-        keep = group_sampled(attributes.get("uid"), settings.rate) or not _succeeded(session, attributes, spans)
+        keep = group_sampled(attributes.get("uid"), settings.rate) or not _succeeded(attributes, spans)
         if settings.keep_slowest and session.start_time is not None and session.end_time is not None:
             slower, _faster = self._durations.add(step, float(session.end_time - session.start_time))
             keep = keep or slower < settings.keep_slowest
@@ -203,7 +203,7 @@ class SessionSampler:
         return keep
 
 
-def _succeeded(session: ReadableSpan, attributes: Mapping[str, Any], spans: list[ReadableSpan]) -> bool:
+def _succeeded(attributes: Mapping[str, Any], spans: list[ReadableSpan]) -> bool:
     if attributes.get("finished") is False or any(span.status.status_code is StatusCode.ERROR for span in spans):
         return False
     status = attributes.get("status")
@@ -218,14 +218,8 @@ def _reward(spans: list[ReadableSpan]) -> float | None:
         reward = attributes.get(REWARD)
         if isinstance(reward, (int, float)) and not isinstance(reward, bool):
             found.append(float(reward))
-        trajectories = attributes.get(TRAJECTORIES)
-        if isinstance(trajectories, str):
-            try:
-                items = parse_json(trajectories)
-            except ValueError:
-                continue
-            for item in items if isinstance(items, list) else ():
-                score = item.get("reward_score") if isinstance(item, dict) else None
-                if isinstance(score, (int, float)) and not isinstance(score, bool):
-                    found.append(float(score))
+        for trajectory in trajectories(attributes):
+            score = trajectory.get(REWARD_SCORE)
+            if isinstance(score, (int, float)) and not isinstance(score, bool):
+                found.append(float(score))
     return sum(found) / len(found) if found else None
