@@ -59,6 +59,9 @@ _pack_times = struct.Struct("<BQBQ").pack  # start (field 7) and end (field 8) i
 _KIND_FIELDS = {kind: b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}  # the proto reserves 0
 _LOCAL_FLAGS = _pack_fixed32(_HAS_IS_REMOTE)  # of a span (a link) whose parent (linked context) is local
 _REMOTE_FLAGS = _pack_fixed32(_HAS_IS_REMOTE | _IS_REMOTE)
+_SPAN_FLAGS = {
+    remote: b"\x85\x01" + (_REMOTE_FLAGS if remote else _LOCAL_FLAGS) for remote in (False, True)
+}  # field 16
 
 _ONE_BYTE_VARINTS = tuple(bytes((n,)) for n in range(0x80))
 
@@ -277,8 +280,7 @@ class SpanEncoder:
             parts.append(b"\x7a\x00")
         else:
             parts.append(_delimited(b"\x7a", self._status(status.status_code.value, status.description)))
-        remote = parent is not None and parent.is_remote
-        parts.append(b"\x85\x01" + (_REMOTE_FLAGS if remote else _LOCAL_FLAGS))  # field 16, fixed32
+        parts.append(_SPAN_FLAGS[parent is not None and parent.is_remote])
         return b"".join(parts)
 
     def _span_attributes(self, parts: list[bytes], attributes: dict[str, Any]) -> None:
