@@ -218,3 +218,18 @@ def test_a_segment_replaced_by_a_symlink_does_not_redirect_later_writes(held: He
     assert victim.read_text() == "precious\n"
     held.release()
     assert held.drained()["failed"] == 0 and sorted(held.received) == list(range(10))
+
+
+# -- shut down --------------------------------------------------------------------
+
+
+def test_a_span_offered_after_shutdown_is_counted_dropped_at_once_and_starts_no_thread(held: Held) -> None:
+    """A span ending while the bridge shuts down reaches the spill after it stopped: it is in the account
+    when ``offer`` returns (not left to a writer started afterwards), and no spill thread starts."""
+    held.spill.shutdown(5.0)
+    before = {t.name for t in threading.enumerate()}
+    held.spill.offer(span(1), 100)
+    counts = held.counts.snapshot()
+    assert (counts["dropped"], counts["spilled"]) == (1, 0)
+    assert {t.name for t in threading.enumerate()} - before == set()
+    assert held.spill.status()["files"] == []

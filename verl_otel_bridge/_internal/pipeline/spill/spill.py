@@ -54,18 +54,20 @@ class Spill:
         # Their threads start with the first span spilled: most runs never spill.
         self._buffer: ExportQueue | None = None
         self._drain: DrainThread | None = None
+        #: Shut down: no thread starts any more, and a span offered now is counted dropped.
+        self._closed = False
         self._new_lock()
         reinit_after_fork(self._new_lock)
 
     def _new_lock(self) -> None:
         self._starting = threading.Lock()
 
-    def _buffered(self) -> ExportQueue:
+    def _buffered(self) -> ExportQueue | None:
         """The byte-bounded queue the caller appends refused spans to; its thread writes the files
-        (raises :class:`ThreadsRefused` when the interpreter is exiting)."""
+        (None once the spill is shut down; raises :class:`ThreadsRefused` when the interpreter is exiting)."""
         if self._buffer is None:
             with self._starting:
-                if self._buffer is None:
+                if self._buffer is None and not self._closed:
                     self._buffer = ExportQueue(
                         self._write_buffered,
                         max_bytes=self.settings.buffer_bytes,
@@ -78,19 +80,21 @@ class Spill:
 
     def _wake_drain(self) -> None:
         """Start the thread that sends the spilled spans back, or wake it. When the interpreter is
-        exiting it starts none: the spans stay in the files, for ``replay``."""
+        exiting or the spill is shut down it starts none: the spans stay in the files, for ``replay``."""
         with contextlib.suppress(ThreadsRefused):
             if self._drain is None:
                 with self._starting:
-                    if self._drain is None:
+                    if self._drain is None and not self._closed:
                         self._drain = DrainThread(self._store, self.counts, self._drains, self._may_try, self.settings)
-            self._drain.wake()
+            if self._drain is not None:
+                self._drain.wake()
 
     def offer(self, span: ReadableSpan, size: int, ticket: Ticket | None = None) -> None:
         """Take a span the export queue refused (estimated ``size`` bytes), to be written on the spill
         thread; never blocks. ``ticket`` is marked when it is taken or counted dropped (see ``handover``).
 
-        When the write buffer is full too (the disk is slower than the burst), the span is dropped.
+        When the write buffer is full too (the disk is slower than the burst), or the spill is shut
+        down (a span ending while the bridge shuts down), the span is counted dropped.
         """
         try:
             buffer = self._buffered()
@@ -99,10 +103,13 @@ class Spill:
                 mark_handed(ticket)
             self._write_buffered([span])
             return
-        if not buffer.put(span, size, ticket):
+        if buffer is None or not buffer.put(span, size, ticket):
             if ticket is not None:
                 mark_handed(ticket)
-            self._drop(1, "the spill's write buffer is full")
+            if self._closed:  # the shutdown summary reports it
+                self.counts.add(DROPPED)
+            else:
+                self._drop(1, "the spill's write buffer is full")
 
     def write(self, spans: Sequence[ReadableSpan], spilled_from: str) -> bool:
         """Append ``spans`` to the spill, counted ``spilled``; those that find it full are counted ``dropped``.
@@ -162,6 +169,8 @@ class Spill:
     def shutdown(self, timeout_s: float) -> None:
         """Write what is buffered and stop both threads within ``timeout_s``; the files stay for replay."""
         deadline = time.monotonic() + timeout_s
+        with self._starting:  # a span offered from now on finds no buffer to start
+            self._closed = True
         left = self._buffer.shutdown(timeout_s) if self._buffer is not None else 0
         if left:
             self._drop(left, "the bridge shut down before the spill thread wrote them")
