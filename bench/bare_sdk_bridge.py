@@ -29,8 +29,14 @@ from verl_otel_bridge import BridgeConfig
 _identity: ContextVar[Mapping[str, Any]] = ContextVar("bare_sdk_identity", default=MappingProxyType({}))
 
 
-class _NoOp(SpanExporter):
+class _Counting(SpanExporter):
+    """Does nothing with the spans but count them, so the bench can check the arm made them."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans += len(spans)
         return SpanExportResult.SUCCESS
 
 
@@ -63,11 +69,13 @@ class BareSdkBridge:
     """What the verl plugin's wrappers use of a bridge, over bare OpenTelemetry spans (see the module doc)."""
 
     enabled = True
+    retired = False
 
     def __init__(self) -> None:
         self.config = BridgeConfig.resolve(environ={}, exporter="none")
         self.provider = TracerProvider()
-        self.provider.add_span_processor(BatchSpanProcessor(_NoOp()))
+        self.exported = _Counting()
+        self.provider.add_span_processor(BatchSpanProcessor(self.exported))
         self.tracer = self.provider.get_tracer("bare-sdk")
 
     def clean_attributes(self, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -195,11 +195,11 @@ def memory(spans: int, spill_dir: str) -> dict[str, Any]:
 
 def spill_rates(spans: int, spill_dir: str) -> dict[str, Any]:
     """Write rate: the caller's spans until all are in the spill; drain rate: first to last drained arrival."""
-    os.environ["OTEL_EXPORTER_OTLP_TIMEOUT"] = "1"  # a probe of the down receiver gives up after a second
     port = _closed_port()
     bridge = _bridge(
         exporter="otlp",
         otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces",
+        otlp_timeout_s=1.0,  # a batch tried on the down receiver gives up after a second
         spill_dir=spill_dir,
         spill_after_s=0.05,
         spill_probe_s=0.2,
@@ -219,7 +219,6 @@ def spill_rates(spans: int, spill_dir: str) -> dict[str, Any]:
     receiver = OtlpReceiver(port)
     _await(receiver, spans + 1)
     drain_s = _last_arrival_s(receiver)
-    del os.environ["OTEL_EXPORTER_OTLP_TIMEOUT"]
     counters = _close(bridge, receiver)
     return {
         "spans": spans,

@@ -93,6 +93,21 @@ def _bare_sdk() -> BareSdkBridge:
     return BareSdkBridge()
 
 
+async def _sdk_spans(worker: Any, batch: Any) -> int:
+    """The spans one call of the ``sdk`` arm makes."""
+    sdk = _bare_sdk()
+    before = sdk.exported.spans
+    await timed(worker, batch, SDK_ARM)
+    sdk.flush_queued()
+    return sdk.exported.spans - before
+
+
+def _check_sdk_arm(made: int, spans: int) -> None:
+    """The ``sdk`` arm measures the plugin's work only if it makes the spans the plugin makes."""
+    if made != spans:
+        raise RuntimeError(f"the sdk arm made {made} spans where the plugin made {spans}: it measures other work")
+
+
 async def bench(rounds: int, prompts: int, n: int, exporter: str, latency_s: float) -> dict[str, Any]:
     from verl.utils.rollout_trace import RolloutTraceConfig
 
@@ -119,7 +134,8 @@ async def bench(rounds: int, prompts: int, n: int, exporter: str, latency_s: flo
         ended = bridge.status()["counters"]["ended"]
         await timed(worker, batch(), "on")
         spans = bridge.status()["counters"]["ended"] - ended
-        calls = len(server.calls) // (len(arms) + 1)
+        _check_sdk_arm(await _sdk_spans(worker, batch()), spans)
+        calls = len(server.calls) // (len(arms) + 2)
         for round_ in range(rounds):
             shift = round_ % len(arms)
             for arm in arms[shift:] + arms[:shift]:
