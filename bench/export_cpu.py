@@ -102,8 +102,8 @@ def one_bare_round(baseline: str, spans: int, receiver: OtlpReceiverProcess, ste
     otlp = baseline == "otel_otlp"
     exporter = OTLPSpanExporter(endpoint=receiver.url) if otlp else _NoOpExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
-    # A queue for the whole round: with its default 2,048 the SDK drops what the exporter has not taken
-    # (OTLPSpanExporter here lost 30% of a 40,000-span round on 2026-12-02); the bridge's queue spills instead.
+    # A queue for the whole round: with its default 2,048 the SDK drops what the exporter has not taken yet
+    # (a slower exporter loses spans of the round); the bridge's queue spills instead.
     provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=spans))
     received_before = receiver.span_count
     sessions = spans // SPANS_PER_SESSION
