@@ -86,3 +86,24 @@ def start_receiver() -> Iterator[Callable[..., OtlpReceiver]]:
     yield start
     for receiver in started:
         receiver.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The capture ``make demo`` writes (its simulated step, with its planted straggler, error and zero-advantage
+    group), made once per test run."""
+    import asyncio
+
+    from verl_otel_bridge.cli import demo  # the ``cli`` extra; only the tests that use the demo need it
+
+    capture = tmp_path_factory.mktemp("demo") / "demo.jsonl"
+    config = BridgeConfig.resolve(
+        environ={}, exporter="jsonl", jsonl_path=str(capture), progress_interval_s=demo.DEMO_PROGRESS_INTERVAL_S
+    )
+    previous = vob.set_bridge(None)
+    try:
+        vob.configure(config)
+        asyncio.run(demo.run())  # shuts the bridge down at the end
+    finally:
+        vob.set_bridge(previous)
+    return capture

@@ -229,6 +229,27 @@ def test_the_command_prints_the_answers(planted: Planted, tmp_path: Path) -> Non
     assert one.exit_code == 0 and "step 2:" in one.output and "step 1:" not in one.output
 
 
+#: docs/cli.md shows ``report`` on the demo's capture in the block under this mark.
+CLI_MD_MARK = (
+    "<!-- doc-test: checked-by tests/unit/test_report.py::test_cli_md_shows_what_report_prints_on_the_demos_capture -->"
+)
+
+
+def shape(text: str) -> list[str]:
+    """``text``'s lines with every number masked (the demo draws its durations, tokens and rewards at random) and
+    runs of spaces, which follow the numbers' widths, made one."""
+    return [" ".join(re.sub(r"-?\d+(?:\.\d+)?", "0", line).split()) for line in text.strip().splitlines()]
+
+
+def test_cli_md_shows_what_report_prints_on_the_demos_capture(demo_capture: Path) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    found = re.search(re.escape(CLI_MD_MARK) + r"\n```console\n\$ verl-otel-bridge report \S+\n(.*?)```", page, re.S)
+    assert found is not None, "docs/cli.md lost its report block"
+    result = CliRunner().invoke(build_cli(), ["report", str(demo_capture)], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    assert shape(found.group(1)) == shape(result.output), f"docs/cli.md shows another report; now:\n{result.output}"
+
+
 def test_bad_lines_are_counted_not_fatal(tmp_path: Path) -> None:
     capture = tmp_path / "mixed.jsonl"
     capture.write_text('not json\n{"name": "x"}\n\n')

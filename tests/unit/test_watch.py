@@ -4,7 +4,6 @@ nothing from a capture reaches the screen raw. (In a real terminal: tests/termin
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
 import os
@@ -24,8 +23,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-import verl_otel_bridge as vob
-from verl_otel_bridge._internal.config import BridgeConfig
 from verl_otel_bridge._internal.watch.follow import Follower, Tail
 from verl_otel_bridge._internal.watch.live import KEPT_STEPS, LiveView
 from verl_otel_bridge._internal.watch.loop import catch_up
@@ -82,21 +79,6 @@ def screen(view: LiveView, now_ns: int = T0) -> str:
 
 
 # --------------------------------------------------------------------------- one aggregation
-
-
-@pytest.fixture(scope="module")
-def demo_capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    capture = tmp_path_factory.mktemp("demo") / "demo.jsonl"
-    config = BridgeConfig.resolve(
-        environ={}, exporter="jsonl", jsonl_path=str(capture), progress_interval_s=demo.DEMO_PROGRESS_INTERVAL_S
-    )
-    previous = vob.set_bridge(None)
-    try:
-        vob.configure(config)
-        asyncio.run(demo.run())  # shuts the bridge down at the end
-    finally:
-        vob.set_bridge(previous)
-    return capture
 
 
 def flat(text: str) -> str:

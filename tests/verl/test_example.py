@@ -9,6 +9,7 @@ reads the same directory as it is.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -24,6 +25,31 @@ CLI = Path(sys.executable).parent / "verl-otel-bridge"
 #: 2 prompts x 2 rollouts of ToolAgentLoop (session, task, 2 generate and 3 tool turns) and of SingleTurnAgentLoop
 #: (session, task, 1 generate turn).
 SPANS = 4 * 7 + 4 * 3
+#: docs/verl.md shows the example's output in the blocks under this mark: stdout's, then the WARNING on stderr.
+DOC_MARK = (
+    "<!-- doc-test: checked-by "
+    "tests/verl/test_example.py::test_the_example_writes_the_default_directory_says_so_once_and_reports_on_it -->"
+)
+DOC_STATE = "/tmp/vv-state"  # the XDG_STATE_HOME the page shows
+
+
+def docs_output() -> tuple[str, str]:
+    """What docs/verl.md shows the example printing: stdout after verl's own lines, and the WARNING."""
+    page = (harness.EXAMPLES.parent / "docs" / "verl.md").read_text(encoding="utf-8")
+    shown = re.findall(re.escape(DOC_MARK) + r"\n```text\n(.*?)```", page, re.S)
+    assert len(shown) == 2, "docs/verl.md lost the example's output"
+    stdout, stderr = shown
+    return stdout.split("(verl's own output: its dataset class, the tools' schemas)\n", 1)[1], stderr
+
+
+def shape(text: str, state: str) -> list[str]:
+    """``text`` line by line with what changes from run to run masked: the state directory, the run folder, the
+    host and pid in a file name, every number, and the runs of spaces that follow numbers' widths."""
+    text = text.replace(state, DOC_STATE)
+    text = re.sub(r"exp-\d{8}T\d{6}-[0-9a-f]+", "exp-RUN", text)
+    text = re.sub(r"global_steps=<n>/\S*?-\d+-(\d+)\.jsonl", r"global_steps=<n>/<host>-<pid>-\1.jsonl", text)
+    text = re.sub(r"\d+(?:\.\d+)?", "0", text)
+    return [" ".join(line.split()) for line in text.strip().splitlines()]
 
 
 @pytest.mark.timeout(600)  # a fresh process imports verl (torch, ray) and runs 8 trajectories
@@ -54,6 +80,11 @@ def test_the_example_writes_the_default_directory_says_so_once_and_reports_on_it
     assert f"{SPANS} spans in sessions from 1 files" in report, done.stdout
     step = next(line.split() for line in report.splitlines() if line.strip().startswith("1 "))
     assert step[:3] == ["1", "8", "8"], report  # step 1: 8 sessions, 8 finished
+    state = env["XDG_STATE_HOME"]
+    shown_stdout, shown_stderr = docs_output()
+    printed = done.stdout[done.stdout.index("verl generated") :]
+    assert shape(shown_stdout, state) == shape(printed, state), f"docs/verl.md shows other output; now:\n{printed}"
+    assert shape(shown_stderr, state) == shape(said[0], state), f"docs/verl.md shows another WARNING; now:\n{said[0]}"
 
     shown = subprocess.run([str(CLI), "show", str(directory)], env=env, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
