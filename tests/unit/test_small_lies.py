@@ -85,6 +85,19 @@ def test_did_you_mean_from_the_environment_and_only_when_something_is_close() ->
     assert "Did you mean" not in str(raised.value)
 
 
+def test_the_exporter_error_speaks_of_otel_traces_exporter_only_when_that_variable_set_the_value() -> None:
+    with pytest.raises(ValueError) as raised:
+        BridgeConfig.resolve(environ={"OTEL_TRACES_EXPORTER": "zipkin"})
+    said = str(raised.value)
+    assert "(set by environment OTEL_TRACES_EXPORTER)" in said
+    assert "the bridge reads rl_insight, otlp, otlp_proto_http, console, none" in said
+    assert "VERL_OTEL_BRIDGE_EXPORTER wins over it" in said  # how to override it without unsetting it
+    for where in ({"exporter": "zipkin"}, {"environ": {"VERL_OTEL_BRIDGE_EXPORTER": "zipkin"}}):
+        with pytest.raises(ValueError) as raised:
+            BridgeConfig.resolve(**{"environ": {}, **where})  # type: ignore[arg-type]
+        assert "OTEL_TRACES_EXPORTER" not in str(raised.value), where
+
+
 # -- the command line on a closed pipe ----------------------------------------------------------------
 
 

@@ -260,10 +260,7 @@ def _exporter_names(value: str | tuple[str, ...]) -> str | None:
     names = (value,) if isinstance(value, str) else value
     for name in names:
         if name not in EXPORTERS:
-            return (
-                f"names {name!r}, which {_not_one_of(name, EXPORTERS)} VERL_OTEL_BRIDGE_EXPORTER wins over "
-                f"OpenTelemetry's OTEL_TRACES_EXPORTER, of whose values the bridge reads {', '.join(OTEL_NAMES)}."
-            )
+            return f"names {name!r}, which {_not_one_of(name, EXPORTERS)}"
     if len(set(names)) != len(names):
         return "lists an exporter twice."
     if len(names) > 1 and ("none" in names or any(n in ("auto", "rl_insight") for n in names[1:])):
@@ -308,12 +305,14 @@ class Alias(NamedTuple):
     """An environment variable besides ``VERL_OTEL_BRIDGE_<KEY>`` that sets a key.
 
     ``inverted``: a true value means the key is false. ``extract``: the key's raw
-    value within the variable's text (None: the variable does not set it).
+    value within the variable's text (None: the variable does not set it). ``hint``:
+    said after an error about a value this variable set.
     """
 
     name: str
     inverted: bool = False
     extract: Callable[[str], str | None] | None = None
+    hint: str = ""
 
 
 @dataclass(frozen=True)
@@ -374,7 +373,14 @@ class BridgeConfig:
         "auto",
         EXPORTER,
         "Where spans go; a list: the first is the primary, the others get copies.",
-        env=(Alias(TRACES_EXPORTER_ENV, extract=from_otel),),
+        env=(
+            Alias(
+                TRACES_EXPORTER_ENV,
+                extract=from_otel,
+                hint=f"Of {TRACES_EXPORTER_ENV}'s values the bridge reads {', '.join(OTEL_NAMES)}; "
+                "VERL_OTEL_BRIDGE_EXPORTER wins over it.",
+            ),
+        ),
         check=_exporter_names,
     )
     fallback: str = _setting(
@@ -633,7 +639,7 @@ class BridgeConfig:
         except ConfigError as exc:
             if exc.key is None or sources[exc.key] == "default":
                 raise
-            raise ConfigError(f"{exc} (set by {sources[exc.key]})", exc.key) from None
+            raise ConfigError(_with_source(str(exc), exc.key, sources[exc.key]), exc.key) from None
         object.__setattr__(resolved, "_sources", sources)
         return resolved
 
@@ -641,7 +647,7 @@ class BridgeConfig:
         """A :class:`ConfigError` about ``key`` found after resolving (e.g. a file that cannot be loaded):
         ``message``, and where the value came from when :meth:`resolve` knows."""
         source = getattr(self, "_sources", {}).get(key, "default")
-        return ConfigError(f"{message} (set by {source})" if source != "default" else message, key)
+        return ConfigError(_with_source(message, key, source) if source != "default" else message, key)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict of every key (for logs, ``status()`` and ``doctor``)."""
@@ -687,9 +693,20 @@ def resolve_leniently(environ: Mapping[str, str] | None = None) -> tuple[BridgeC
         except ConfigError as exc:
             if exc.key is None or exc.key not in values:
                 raise  # a conflict among defaults: a bug, not a setting
-            messages.append(f"{exc} (set by {value_sources(environ=env)[exc.key]})")
+            messages.append(_with_source(str(exc), exc.key, value_sources(environ=env)[exc.key]))
             del values[exc.key]
     raise AssertionError("unreachable: each round leaves out one key")
+
+
+def _environment_source(name: str) -> str:
+    """How :func:`value_sources` names variable ``name`` as a source."""
+    return f"environment {name}"
+
+
+def _with_source(message: str, key: str, source: str) -> str:
+    """An error ``message`` about ``key`` with where its value came from, and the hint of the alias that set it."""
+    hints = [alias.hint for alias in _SETTINGS[key].aliases if alias.hint and source == _environment_source(alias.name)]
+    return " ".join([f"{message} (set by {source})", *hints])
 
 
 def _meant_key(problem: str) -> str | None:
@@ -720,7 +737,7 @@ def value_sources(
     sources = dict.fromkeys(_SETTINGS, "default")
     for key in _SETTINGS:
         for name, _raw in _variables_set(key, env):
-            sources[key] = f"environment {name}"
+            sources[key] = _environment_source(name)
             break
     for key in config or {}:
         sources[str(key)] = "config"
