@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import pydoc
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, get_type_hints
 
+import packaging
 import pytest
+from packaging.version import Version
 
 import verl_otel_bridge as vob
 from verl_otel_bridge import _version
@@ -62,6 +67,34 @@ def test_install_command_names_this_checkout_or_a_placeholder(monkeypatch: pytes
     assert install_command("cli") == f"pip install '{ROOT}[cli]'"
     monkeypatch.setattr(_version, "__file__", str(tmp_path / "site-packages" / "verl_otel_bridge" / "_version.py"))
     assert install_command("otlp") == "pip install '/path/to/verl-otel-bridge[otlp]'"
+
+
+@pytest.mark.skipif(
+    Version(packaging.__version__) < Version("24.2"),
+    reason="setuptools>=77 builds the package only with packaging>=24.2; unit_oldest has the lower bound",
+)
+def test_a_copy_pip_installed_names_where_it_came_from_while_that_is_there(tmp_path: Path) -> None:
+    source = tmp_path / "checkout"
+    shutil.copytree(
+        ROOT / "verl_otel_bridge", source / "verl_otel_bridge", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+    built = subprocess.run([*pip, "--target", str(site), str(source)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    ask = "import verl_otel_bridge as v, verl_otel_bridge._version as m; print(v.__file__); print(m.install_command('otlp'))"
+
+    def said() -> list[str]:
+        env = {**os.environ, "PYTHONPATH": str(site)}
+        run = subprocess.run([sys.executable, "-c", ask], env=env, cwd=tmp_path, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.splitlines()
+
+    assert said() == [str(site / "verl_otel_bridge" / "__init__.py"), f"pip install '{source}[otlp]'"]
+    shutil.rmtree(source)  # the checkout is gone: nothing to name
+    assert said()[1] == "pip install '/path/to/verl-otel-bridge[otlp]'"
 
 
 def test_nothing_tells_users_to_install_from_an_index() -> None:
