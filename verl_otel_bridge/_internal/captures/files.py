@@ -11,6 +11,7 @@ holds exactly the batches reported written.
 
 from __future__ import annotations
 
+import errno
 import os
 import zlib
 from pathlib import Path
@@ -56,7 +57,7 @@ class AppendFile:
             while view:  # a regular file may take a large write in parts
                 view = view[os.write(self.fd, view) :]
         except OSError as exc:
-            raise CutBack(exc, _cut_back(self.fd, start)) from exc
+            raise CutBack(exc, self.path, _cut_back(self.fd, start)) from exc
         self.size = (start if start is not None else self.size) + len(data)
         return len(data)
 
@@ -72,12 +73,24 @@ class AppendFile:
 
 
 class CutBack(OSError):
-    """A batch that could not be written; the file was cut back to its end before it when ``kept``."""
+    """A batch that could not be written to ``path``; the file was cut back to its end before it when ``kept``."""
 
-    def __init__(self, error: OSError, kept: bool) -> None:
+    def __init__(self, error: OSError, path: Path, kept: bool) -> None:
         super().__init__(error.errno, error.strerror)
         self.error = error
+        self.path = path
         self.kept = kept
+
+    @property
+    def last_error(self) -> str:
+        """What a destination's ``last_error`` says."""
+        return f"writing to {self.path} failed: {self.strerror or self.error}"
+
+    def warning(self, count: int) -> str:
+        """The WARNING's text for a batch of ``count`` spans: what failed, why, and what the file holds now."""
+        code = errno.errorcode.get(self.errno or 0, "error")
+        held = "the file was cut back to its last whole batch" if self.kept else "it may end in a partial batch"
+        return f"writing {count} spans to {self.path} failed ({code}: {self.strerror or self.error}); {held}"
 
 
 def _end_of(fd: int) -> int | None:

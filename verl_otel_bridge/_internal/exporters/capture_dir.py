@@ -149,18 +149,12 @@ class CaptureDir:
                 except CutBack as exc:
                     for other, size in done:
                         _truncate(other, size)
-                    self._last_error = f"writing to {file.path} failed: {exc.strerror or exc.error}"
+                    self._last_error = exc.last_error
                     self._once.log(
                         f"append:{exc.errno}",
                         logging.WARNING,
-                        "writing %d spans to %s failed (%s: %s); %s; they are counted as failed or spilled",
-                        count,
-                        file.path,
-                        errno.errorcode.get(exc.errno or 0, "error"),
-                        exc.strerror or exc.error,
-                        "the files were cut back to their last whole batch"
-                        if exc.kept
-                        else "it may end in a partial batch",
+                        "%s; they are counted as failed or spilled",
+                        exc.warning(count),
                     )
                     return None
                 done.append((file, before))

@@ -8,7 +8,6 @@ the one file is :class:`JsonlFile`, appended to (format:
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -144,18 +143,9 @@ class JsonlFile:
             try:
                 self._file.append(data)
             except CutBack as exc:
-                self._last_error = f"writing to {self.path} failed: {exc.strerror or exc.error}"
+                self._last_error = exc.last_error
                 self._once.log(
-                    f"write:{exc.errno}",
-                    logging.WARNING,
-                    "writing %d spans to %s failed (%s: %s); %s; they are counted as failed",
-                    len(spans),
-                    self.path,
-                    errno.errorcode.get(exc.errno or 0, "error"),
-                    exc.strerror or exc.error,
-                    "the file was cut back to its last whole line"
-                    if exc.kept
-                    else "the file may end in a partial line",
+                    f"write:{exc.errno}", logging.WARNING, "%s; they are counted as failed", exc.warning(len(spans))
                 )
                 return Outcome.refusing(spans, self._last_error)
         self._last_error = None
