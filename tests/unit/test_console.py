@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext
 
 from verl_otel_bridge import Bridge, BridgeConfig
 from verl_otel_bridge._internal.exporter_names import destination_module
@@ -180,3 +182,18 @@ def test_doctor_says_what_the_console_prints() -> None:
         for fmt in ("text", "json")
     }
     assert "readable lines" in checks["text"]["detail"] and "JSON" in checks["json"]["detail"]
+
+
+def test_spans_whose_parents_form_a_cycle_are_printed_once_not_dropped() -> None:
+    """``replay --to console`` of a capture whose ids repeat: spans caught in a cycle of parents still print."""
+    identity = {"state_lane_id": "lane-0", "global_steps": 1}
+
+    def span(name: str, span_id: int, parent_id: int | None) -> ReadableSpan:
+        parent = SpanContext(1, parent_id, is_remote=False) if parent_id is not None else None
+        context = SpanContext(1, span_id, is_remote=False)
+        return ReadableSpan(name=name, context=context, parent=parent, attributes=identity, start_time=1, end_time=2)
+
+    spans = [span("first", 2, 3), span("second", 3, 2), span("agent_session", 1, None)]
+    lines = console_text.SpanText().lines(spans)
+    assert [line.split()[0] for line in lines[:-1]] == ["agent_session", "first", "second"]
+    assert lines[-1].startswith("── session")

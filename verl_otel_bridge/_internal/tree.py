@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from verl_otel_bridge._internal.protocol import CONTENT, IDENTITY_KEYS, INPUT, INPUT_APPENDED, OUTPUT, TOOL_ARGS
 from verl_otel_bridge._internal.records import span_to_record
+
+_T = TypeVar("_T")
 
 _SHOWN_IDENTITY = ("sample", "session", "traj", "global_steps", "uid")
 # C0 and C1 control characters, DEL and the bidirectional overrides: what can move a
@@ -53,36 +55,58 @@ def render_tree(
     span, the ``text_keys`` it has, whole (each line indented, control characters escaped).
     """
     records = [span if isinstance(span, Mapping) else span_to_record(span) for span in spans]
-    ids = {r["span_id"] for r in records}
-    children: dict[str | None, list[Mapping[str, Any]]] = {}
-    for record in records:
-        parent = record.get("parent_span_id")
-        own = parent if isinstance(parent, str) and parent in ids and parent != record["span_id"] else None
-        children.setdefault(own, []).append(record)
-    for group in children.values():
-        group.sort(key=lambda r: (_ns(r.get("start_time_ns")) or 0, r["name"]))
     lines: list[str] = []
+    for record, depth in depth_first(
+        records,
+        key=lambda r: r["span_id"],
+        parent=lambda r: r.get("parent_span_id") if isinstance(r.get("parent_span_id"), str) else None,
+        order=lambda r: (_ns(r.get("start_time_ns")) or 0, r["name"]),
+    ):
+        attributes = record.get("attributes") or {}
+        lines.append("  " * depth + printable(_line(record, attributes, _identity(attributes), max_attributes)))
+        for key in text_keys:
+            value = attributes.get(key)
+            if value is not None:
+                indent = "  " * (depth + 2)
+                text = display(value).replace("\r\n", "\n")
+                lines.append(f"{indent}{key}:")
+                lines.extend(indent + "  " + printable(part) for part in text.split("\n"))
+    return "\n".join(lines)
+
+
+_ROOT = object()
+
+
+def depth_first(
+    items: Sequence[_T],
+    *,
+    key: Callable[[_T], Hashable],
+    parent: Callable[[_T], Hashable | None],
+    order: Callable[[_T], Any],
+) -> Iterator[tuple[_T, int]]:
+    """Each of ``items`` once, with its depth: children under their parent, in ``order``.
+
+    An item whose parent is not among ``items`` is a root (depth 0); roots come in
+    ``order``. Items caught in a cycle of parents (ids repeated in a capture) come after,
+    each as a root. Without recursion: a capture may chain any number of spans.
+    """
+    keys = {key(item) for item in items}
+    children: dict[object, list[_T]] = {}
+    for item in items:
+        own = parent(item)
+        children.setdefault(own if own is not None and own in keys and own != key(item) else _ROOT, []).append(item)
+    for group in children.values():
+        group.sort(key=order)
     shown: set[int] = set()
-    # Depth first without recursion (a capture may chain any number of spans), each record
-    # once; records in a cycle of parents (ids repeated in a capture) are shown as roots after.
-    for root in [*children.get(None, []), *records]:
+    for root in [*children.get(_ROOT, []), *items]:
         stack = [(root, 0)]
         while stack:
-            record, depth = stack.pop()
-            if id(record) in shown:
+            item, depth = stack.pop()
+            if id(item) in shown:
                 continue
-            shown.add(id(record))
-            attributes = record.get("attributes") or {}
-            lines.append("  " * depth + printable(_line(record, attributes, _identity(attributes), max_attributes)))
-            for key in text_keys:
-                value = attributes.get(key)
-                if value is not None:
-                    indent = "  " * (depth + 2)
-                    text = display(value).replace("\r\n", "\n")
-                    lines.append(f"{indent}{key}:")
-                    lines.extend(indent + "  " + printable(part) for part in text.split("\n"))
-            stack.extend((child, depth + 1) for child in reversed(children.get(record["span_id"], [])))
-    return "\n".join(lines)
+            shown.add(id(item))
+            yield item, depth
+            stack.extend((child, depth + 1) for child in reversed(children.get(key(item), [])))
 
 
 def _identity(attributes: Mapping[str, Any]) -> str:

@@ -50,7 +50,7 @@ from verl_otel_bridge._internal.protocol import (
 )
 from verl_otel_bridge._internal.trajectories import reward as trajectory_reward
 from verl_otel_bridge._internal.trajectories import trajectories, verl_turns
-from verl_otel_bridge._internal.tree import display, printable
+from verl_otel_bridge._internal.tree import depth_first, display, printable
 
 #: Sessions whose spans are held until the session ends; past this, the oldest is printed as it stands.
 MAX_HELD_SESSIONS = 1000
@@ -114,25 +114,17 @@ class SpanText:
 
     def _session(self, key: tuple[str, str], held: _Held, *, ended: bool) -> list[str]:
         spans = held.spans
-        ids = {_span_id(s) for s in spans}
-        children: dict[int | None, list[ReadableSpan]] = {}
-        for span in spans:
-            parent = span.parent.span_id if span.parent is not None else None
-            children.setdefault(parent if parent in ids and parent != _span_id(span) else None, []).append(span)
-        for group in children.values():
-            group.sort(key=lambda s: (s.start_time or 0, s.name))
         out: list[str] = []
-        shown: set[int] = set()
-        roots = children.get(None, [])
-        for root in roots:
-            stack = [(root, 0 if root.name == SESSION_SPAN_NAME or not ended else 1)]
-            while stack:
-                span, depth = stack.pop()
-                if id(span) in shown:
-                    continue
-                shown.add(id(span))
-                out.append(self._line(span, depth, span.attributes or {}))
-                stack.extend((child, depth + 1) for child in reversed(children.get(_span_id(span), [])))
+        below = 0  # an ended session's spans whose parent is missing sit below its session line
+        for span, depth in depth_first(
+            spans,
+            key=_span_id,
+            parent=lambda s: s.parent.span_id if s.parent is not None else None,
+            order=lambda s: (s.start_time or 0, s.name),
+        ):
+            if depth == 0:
+                below = 0 if span.name == SESSION_SPAN_NAME or not ended else 1
+            out.append(self._line(span, depth + below, span.attributes or {}))
         out.append(self._summary(spans, held.cut, ended=ended))
         return out
 
