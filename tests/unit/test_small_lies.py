@@ -91,7 +91,7 @@ def test_the_exporter_error_speaks_of_otel_traces_exporter_only_when_that_variab
     said = str(raised.value)
     assert "(set by environment OTEL_TRACES_EXPORTER)" in said
     assert "the bridge reads rl_insight, otlp, otlp_proto_http, console, none" in said
-    assert "VERL_OTEL_BRIDGE_EXPORTER wins over it" in said  # how to override it without unsetting it
+    assert "VERL_OTEL_BRIDGE_EXPORTER wins over OTEL_TRACES_EXPORTER" in said  # how to override it, left set
     for where in ({"exporter": "zipkin"}, {"environ": {"VERL_OTEL_BRIDGE_EXPORTER": "zipkin"}}):
         with pytest.raises(ValueError) as raised:
             BridgeConfig.resolve(**{"environ": {}, **where})  # type: ignore[arg-type]

@@ -377,8 +377,8 @@ class BridgeConfig:
             Alias(
                 TRACES_EXPORTER_ENV,
                 extract=from_otel,
-                hint=f"Of {TRACES_EXPORTER_ENV}'s values the bridge reads {', '.join(OTEL_NAMES)}; "
-                "VERL_OTEL_BRIDGE_EXPORTER wins over it.",
+                hint=f"VERL_OTEL_BRIDGE_EXPORTER wins over {TRACES_EXPORTER_ENV}, of whose values the bridge "
+                f"reads {', '.join(OTEL_NAMES)}.",
             ),
         ),
         check=_exporter_names,
